@@ -1,0 +1,29 @@
+# trace-gym: make setup | demo | test | bench
+# Each target creates/updates its own virtual environment ($(VENV)).
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PYTEST_ARGS ?=
+
+.PHONY: setup demo test test-all bench lint
+
+setup:
+	@scripts/setup_venv.sh $(VENV) all
+
+demo: setup
+	$(PY) -m trace_gym.cli demo
+
+test: setup
+	$(PY) -m pytest -q $(PYTEST_ARGS)
+
+test-all: setup
+	$(PY) -m pytest -q -m "not gpu" $(PYTEST_ARGS)
+
+bench: setup
+	$(PY) -m trace_gym.cli bench alloc-speed
+	$(PY) -m trace_gym.cli bench alloc --preset math
+	$(PY) -m trace_gym.cli bench math-env
+	$(PY) -m trace_gym.cli bench retrieval
+	$(PY) -m trace_gym.cli bench bfcl
+
+lint: setup
+	$(PY) -m ruff check .

@@ -1,0 +1,98 @@
+"""The allocation protocol: how a policy decides where the rollout budget goes.
+
+Two decisions per step (../shared/TRACE.md):
+
+- roots: given the candidate pool, how many fresh rollouts each prompt gets
+  (0 skips it; otherwise at least 2, at most ``m_max``), summing to the root budget;
+- prefixes: given one prompt's finished rollouts, how many replays each visited
+  prefix gets, summing to that prompt's continuation budget.
+
+Allocators receive *records*, not bare numbers, so a policy can use visit history
+(GRESO, Knapsack-RL), true values (the oracle, simulator only) or randomness
+(TreePO) without changing the protocol. Randomness comes only from the `rng` passed
+in, which the runner derives from (step, prompt id), so allocation is reproducible.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import ClassVar, Protocol, runtime_checkable
+
+import numpy as np
+
+__all__ = ["Allocator", "Candidate", "PrefixCandidate", "VisitHistory"]
+
+
+@dataclass(frozen=True)
+class VisitHistory:
+    """What past steps saw of one prompt."""
+
+    #: leaf rewards of each past visit, oldest first
+    rewards: tuple[tuple[float, ...], ...] = ()
+    #: consecutive most recent visits that were all-success / all-failure
+    all_success_streak: int = 0
+    all_failure_streak: int = 0
+
+    @property
+    def visits(self) -> int:
+        return len(self.rewards)
+
+    @property
+    def last_mean(self) -> float | None:
+        if not self.rewards or not self.rewards[-1]:
+            return None
+        return float(np.mean(self.rewards[-1]))
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A candidate prompt at the root stage."""
+
+    id: str
+    #: predicted success probability in [0, 1]
+    value: float
+    history: VisitHistory = field(default_factory=VisitHistory)
+    #: exact success probability (simulator only; None elsewhere)
+    true_value: float | None = None
+
+
+@dataclass(frozen=True)
+class PrefixCandidate:
+    """A visited prefix (a turn boundary strictly inside a finished rollout)."""
+
+    #: index of the finished rollout (leaf) this prefix lies on, within its prompt
+    rollout: int
+    #: node id of the prefix in the prompt's `RolloutTree`
+    node: int
+    #: turns completed at this prefix (>= 1)
+    depth: int
+    #: reward of the rollout the prefix lies on
+    reward: float
+    #: predicted success probability from this prefix
+    value: float
+    #: cost of one replay from here, in trajectory-equivalents (default: 0.5)
+    cost: float = 0.5
+    #: exact success probability from this prefix (simulator only)
+    true_value: float | None = None
+    #: total turns of the rollout the prefix lies on
+    rollout_turns: int = 0
+
+
+@runtime_checkable
+class Allocator(Protocol):
+    """An allocation policy. Each is a small class; see `trace_gym.alloc.policies`."""
+
+    name: ClassVar[str]
+
+    def allocate_roots(
+        self, candidates: Sequence[Candidate], budget: int, rng: np.random.Generator
+    ) -> np.ndarray:
+        """Rollouts per candidate (int array, same order): each 0 or in [2, m_max]."""
+        ...
+
+    def allocate_prefixes(
+        self, prefixes: Sequence[PrefixCandidate], budget: int, rng: np.random.Generator
+    ) -> np.ndarray:
+        """Replays per prefix (int array, same order), summing to `budget`."""
+        ...

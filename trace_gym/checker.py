@@ -1,0 +1,156 @@
+"""`check_checkpoint`: verify an env honours the restore contract.
+
+Plays an episode, checkpoints at several turns, then for each checkpoint restores it
+(into the same env, and - from a pickled copy - into a fresh instance of the same id)
+and replays the recorded actions; observations, rewards, flags and info must be
+identical, except the info keys the env declares volatile (``volatile_info_keys``).
+It also runs gymnasium's own `check_env`.
+"""
+
+from __future__ import annotations
+
+import math
+import pickle
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from trace_gym.core import Checkpoint, TraceEnv, unwrap
+
+__all__ = ["CheckpointContractError", "check_checkpoint"]
+
+
+class CheckpointContractError(AssertionError):
+    """The env broke the restore contract; the message says where."""
+
+
+@dataclass
+class _StepRecord:
+    obs: str
+    reward: float
+    terminated: bool
+    truncated: bool
+    info: dict[str, Any]
+
+
+def _equal(a: Any, b: Any) -> bool:
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_equal(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(_equal(x, y) for x, y in zip(a, b))
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        return np.array_equal(np.asarray(a), np.asarray(b), equal_nan=True)
+    if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
+        return True
+    return a == b
+
+
+def _clean(info: dict[str, Any], volatile: frozenset[str]) -> dict[str, Any]:
+    return {k: v for k, v in info.items() if k not in volatile}
+
+
+def _compare(where: str, want: _StepRecord, got: _StepRecord, volatile: frozenset[str]) -> None:
+    for name in ("obs", "reward", "terminated", "truncated"):
+        a, b = getattr(want, name), getattr(got, name)
+        if not _equal(a, b):
+            raise CheckpointContractError(f"{where}: {name} differs after restore:\n  expected {a!r}\n  got      {b!r}")
+    a, b = _clean(want.info, volatile), _clean(got.info, volatile)
+    if not _equal(a, b):
+        keys = sorted(k for k in a.keys() | b.keys() if not _equal(a.get(k), b.get(k)))
+        raise CheckpointContractError(
+            f"{where}: info differs after restore in keys {keys} "
+            "(declare legitimately varying keys in the env's volatile_info_keys)"
+        )
+
+
+def _play(env: TraceEnv, actions: list[str]) -> list[_StepRecord]:
+    out = []
+    for a in actions:
+        obs, r, term, trunc, info = env.step(a)
+        out.append(_StepRecord(obs, r, term, trunc, info))
+        if term or trunc:
+            break
+    return out
+
+
+def check_checkpoint(
+    env: gym.Env,
+    *,
+    make_fresh: Callable[[], gym.Env] | None = None,
+    seed: int = 0,
+    task: int | str | None = None,
+    max_steps: int = 12,
+    num_checkpoints: int = 3,
+    action_fn: Callable[[TraceEnv, np.random.Generator], str] | None = None,
+    run_gym_check_env: bool = True,
+) -> dict[str, Any]:
+    """Verify the restore contract on `env`; raise `CheckpointContractError` on a violation.
+
+    `make_fresh` builds a new instance of the same env (default: ``gym.make(env.spec.id,
+    **env.spec.kwargs)`` when the env was made by gymnasium). `action_fn(env, rng)`
+    gives the next action (default: the env's ``example_action``). Returns a small
+    report (turns played, checkpoints checked).
+    """
+    base = unwrap(env)
+    volatile = frozenset(base.volatile_info_keys)
+    if make_fresh is None and getattr(base, "spec", None) is not None:
+        spec = base.spec
+        make_fresh = lambda: gym.make(spec.id, **(spec.kwargs or {}))  # noqa: E731
+    act = action_fn or (lambda e, rng: e.example_action(rng))
+    rng = np.random.default_rng(seed)
+
+    options = {"task": task} if task is not None else None
+    base.reset(seed=seed, options=options)
+    actions: list[str] = []
+    records: list[_StepRecord] = []
+    ckpts: dict[int, Checkpoint] = {0: base.checkpoint()}
+    while len(actions) < max_steps and not base.done:
+        actions.append(act(base, rng))
+        records += _play(base, actions[-1:])
+        if not base.done:
+            ckpts[len(actions)] = base.checkpoint()
+    # pick checkpoints spread over the episode (always the first and a late one)
+    turns = sorted(ckpts)
+    picked = sorted({turns[round(i * (len(turns) - 1) / max(1, num_checkpoints - 1))] for i in range(num_checkpoints)})
+
+    fresh_env = make_fresh() if make_fresh is not None else None
+    try:
+        for t in picked:
+            ck = ckpts[t]
+            if ck.turn != t:
+                raise CheckpointContractError(f"checkpoint taken after {t} turns reports turn={ck.turn}")
+            # same instance, fast handle allowed
+            base.restore(ck)
+            got = _play(base, actions[t:])
+            for i, (w, g) in enumerate(zip(records[t:], got)):
+                _compare(f"restore at turn {t} (same env), replayed step {t + i}", w, g, volatile)
+            if len(got) != len(records[t:]):
+                raise CheckpointContractError(f"restore at turn {t}: episode length differs after restore")
+            # same instance again through a pickled copy (portable payload only)
+            portable = pickle.loads(pickle.dumps(ck))
+            base.restore(portable)
+            got = _play(base, actions[t:])
+            for i, (w, g) in enumerate(zip(records[t:], got)):
+                _compare(f"restore at turn {t} (pickled), replayed step {t + i}", w, g, volatile)
+            if fresh_env is not None:
+                fresh = unwrap(fresh_env)
+                fresh.restore(pickle.loads(pickle.dumps(ck)))
+                got = _play(fresh, actions[t:])
+                for i, (w, g) in enumerate(zip(records[t:], got)):
+                    _compare(f"restore at turn {t} (fresh env, pickled), replayed step {t + i}", w, g, volatile)
+                if len(got) != len(records[t:]):
+                    raise CheckpointContractError(f"restore at turn {t} (fresh env): episode length differs")
+    finally:
+        for ck in ckpts.values():
+            base.release(ck)
+        if fresh_env is not None:
+            fresh_env.close()
+
+    if run_gym_check_env:
+        from gymnasium.utils.env_checker import check_env
+
+        check_env(base, skip_render_check=True)
+    return {"turns": len(actions), "checkpoints": picked, "terminated": bool(records and records[-1].terminated)}

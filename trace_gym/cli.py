@@ -1,0 +1,87 @@
+"""`trace-gym`: the command-line entry point.
+
+Each sub-command lives in the module that owns the feature and exposes
+``main(argv: list[str]) -> int``; this file only routes, so ``trace-gym envs`` never
+imports torch. Unknown commands list the known ones.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+#: command -> "module:function" (function takes argv, returns an exit code)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "envs": ("trace_gym.cli:envs_main", "list the registered environments"),
+    "demo": ("trace_gym.demo:main", "run the main job on the embedded defaults"),
+    "bench": ("trace_gym.cli:bench_main", "run a benchmark (see `trace-gym bench --help`)"),
+    "corpus": ("trace_gym.corpora.cli:main", "build retrieval indexes (`trace-gym corpus build ...`)"),
+    "serve-retriever": ("trace_gym.envs.hotpotqa.server:main", "serve an index over HTTP (Search-R1 /retrieve)"),
+    "rollout": ("trace_gym.agents.rollout:main", "collect rollout trees with a policy and an allocator"),
+    "eval": ("trace_gym.agents.evaluate:main", "evaluate a policy on an env's evaluation split"),
+    "train": ("trace_gym.trainers.cli:main", "train a policy from a config file"),
+}
+
+#: benchmark -> "module:function"
+BENCHMARKS: dict[str, tuple[str, str]] = {
+    "alloc-speed": ("trace_gym.alloc.bench:main", "exact allocation solvers: fast vs reference DP"),
+    "alloc": ("trace_gym.bench.alloc:main", "every allocation policy on the simulator or a real env"),
+    "math-env": ("trace_gym.envs.math.bench:main", "sandboxed interpreter: cells/s, fork vs replay restore"),
+    "retrieval": ("trace_gym.envs.hotpotqa.bench:main", "BM25 and dense retrieval speed and recall"),
+    "bfcl": ("trace_gym.envs.bfcl.bench:main", "BFCL env checkpoint/restore latency and steps/s"),
+}
+
+
+def _load(target: str):
+    module, func = target.split(":")
+    try:
+        mod = importlib.import_module(module)
+    except ModuleNotFoundError as e:
+        if e.name and (module == e.name or module.startswith(e.name + ".")):
+            raise SystemExit(f"trace-gym: this command is not available in this build ({module} is missing)") from e
+        raise
+    return getattr(mod, func)
+
+
+def envs_main(argv: list[str]) -> int:
+    """List the registered env ids, one line each."""
+    argparse.ArgumentParser(prog="trace-gym envs", description=envs_main.__doc__).parse_args(argv)
+    from trace_gym.registration import BUILTIN_ENVS
+
+    width = max(len(e.id) for e in BUILTIN_ENVS)
+    for e in BUILTIN_ENVS:
+        print(f"{e.id:<{width}}  {e.summary}")
+    return 0
+
+
+def bench_main(argv: list[str]) -> int:
+    """Dispatch `trace-gym bench NAME ...`."""
+    if not argv or argv[0] in ("-h", "--help"):
+        print("usage: trace-gym bench NAME [options]\n\nbenchmarks:")
+        for name, (_, help_) in BENCHMARKS.items():
+            print(f"  {name:<12} {help_}")
+        return 0
+    name, rest = argv[0], argv[1:]
+    if name not in BENCHMARKS:
+        print(f"trace-gym bench: unknown benchmark {name!r}; choose one of: {', '.join(BENCHMARKS)}", file=sys.stderr)
+        return 2
+    return int(_load(BENCHMARKS[name][0])(rest) or 0)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help"):
+        print("usage: trace-gym COMMAND [options]\n\ncommands:")
+        for name, (_, help_) in COMMANDS.items():
+            print(f"  {name:<16} {help_}")
+        return 0
+    cmd, rest = argv[0], argv[1:]
+    if cmd not in COMMANDS:
+        print(f"trace-gym: unknown command {cmd!r}; choose one of: {', '.join(COMMANDS)}", file=sys.stderr)
+        return 2
+    return int(_load(COMMANDS[cmd][0])(rest) or 0)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,72 @@
+"""The one error hierarchy of trace-gym.
+
+Every message says what went wrong *and* how to fix it. Bad agent input (an
+unparseable action, a failing tool call) is never an exception: envs turn it into
+an observation. These errors are for programming and configuration mistakes.
+"""
+
+from __future__ import annotations
+
+
+class TraceGymError(Exception):
+    """Base class of every error raised by trace-gym."""
+
+
+class DependencyNotInstalled(TraceGymError, ImportError):
+    """An optional dependency is missing; the message gives the install command."""
+
+    def __init__(self, what: str, install: str):
+        super().__init__(f"{what} is not installed. Install it with: {install}")
+        self.install = install
+
+
+class ResetNeeded(TraceGymError):
+    """`step` was called before `reset` (or after the episode ended)."""
+
+
+class InvalidAction(TraceGymError, TypeError):
+    """The action is not a string. (Malformed *text* is data, never this error.)"""
+
+
+class TaskNotFound(TraceGymError, KeyError):
+    """`options={"task": ...}` named a task id or index the env does not have."""
+
+    def __str__(self) -> str:  # KeyError quotes its message; keep it readable
+        return str(self.args[0]) if self.args else ""
+
+
+class CheckpointError(TraceGymError):
+    """A checkpoint cannot be restored into this env (other env id, task set, or stale)."""
+
+
+class TreeFormatError(TraceGymError, ValueError):
+    """A rollout-tree file is corrupted or written by an unsupported format version."""
+
+
+class AllocationError(TraceGymError, ValueError):
+    """An allocation problem is ill-posed (bad values, infeasible budget, empty pool)."""
+
+
+class ConfigError(TraceGymError, ValueError):
+    """A configuration value is invalid; raised at start-up, before any work."""
+
+
+class UnknownNameError(ConfigError, KeyError):
+    """A name (allocator, predictor, optimiser, policy, benchmark) is not registered."""
+
+    def __init__(self, kind: str, name: str, known):
+        known = sorted(known)
+        super().__init__(f"unknown {kind} {name!r}; choose one of: {', '.join(known)}")
+        self.kind, self.name, self.known = kind, name, known
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+class PolicyError(TraceGymError, RuntimeError):
+    """A policy backend failed to produce a turn (recorded on the branch, never fatal to a batch)."""
+
+
+def unknown(kind: str, name: str, table) -> UnknownNameError:
+    """Build the error for an unregistered `name` of `kind`, listing the known ones."""
+    return UnknownNameError(kind, name, list(table))

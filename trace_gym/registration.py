@@ -1,0 +1,64 @@
+"""The built-in env ids, registered with gymnasium's own registry on `import trace_gym`.
+
+Entry points are "module:Class" strings, so nothing heavy is imported until `gym.make`.
+Every id is registered with ``order_enforce=False`` and ``disable_env_checker=True``:
+`gym.make` then returns the env itself (no `OrderEnforcing`, whose reset flag would
+refuse `restore` into a fresh env, and no `PassiveEnvChecker`), so
+``gym.make(id).checkpoint()`` works. Turn limits are the env's own, so no
+``max_episode_steps`` is set either. `trace_gym.checkpoint(env)` /
+`trace_gym.restore(env, ckpt)` reach the env through any wrappers a user adds.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import gymnasium as gym
+
+
+class EnvEntry(NamedTuple):
+    id: str
+    entry_point: str
+    summary: str
+
+
+#: each id is added by the issue that builds its env; nothing is listed that does not work
+BUILTIN_ENVS: tuple[EnvEntry, ...] = (
+    EnvEntry(
+        "trace/Sim-v0",
+        "trace_gym.sim.env:SimEnv",
+        "tree-branching simulator: synthetic tasks with an exact success martingale (presets math/hotpotqa/bfcl)",
+    ),
+    EnvEntry(
+        "trace/Math-v0",
+        "trace_gym.envs.math.env:MathEnv",
+        "tool-integrated math: a persistent sandboxed Python interpreter, \\boxed{} answers, math-verify reward",
+    ),
+    EnvEntry(
+        "trace/HotpotQA-v0",
+        "trace_gym.envs.hotpotqa.env:HotpotQAEnv",
+        "multi-hop QA: <search> over a local Wikipedia index (BM25 default), <answer> scored by exact match",
+    ),
+    EnvEntry(
+        "trace/BFCL-v0",
+        "trace_gym.envs.bfcl.env:BFCLEnv",
+        "BFCL v4 multi-turn function calling on the eight bfcl-eval backends, BFCL state/response checks",
+    ),
+)
+
+
+def register_envs() -> None:
+    """Register every built-in id (idempotent)."""
+    for entry in BUILTIN_ENVS:
+        if entry.id in gym.registry:
+            continue
+        gym.register(
+            id=entry.id,
+            entry_point=entry.entry_point,
+            order_enforce=False,
+            disable_env_checker=True,
+        )
+
+
+def env_ids() -> list[str]:
+    return [e.id for e in BUILTIN_ENVS]
