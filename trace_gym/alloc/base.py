@@ -84,6 +84,9 @@ class Allocator(Protocol):
     """An allocation policy. Each is a small class; see `trace_gym.alloc.policies`."""
 
     name: ClassVar[str]
+    #: False for flat policies (GRPO, PCL, GRESO, Knapsack): at equal accounted cost the
+    #: harness gives them the whole budget as roots and no replays
+    branching: ClassVar[bool]
 
     def allocate_roots(
         self, candidates: Sequence[Candidate], budget: int, rng: np.random.Generator
