@@ -1,0 +1,141 @@
+"""Rollout trees: targets, anchors, segments, metrics on hand-built trees; JSON io."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from trace_gym.errors import TreeFormatError
+from trace_gym.tree import RolloutTree, Turn, batch_metrics, effective_ratio, load_trees, save_trees
+
+
+def _turn(i: int) -> Turn:
+    return Turn(action=f"a{i}", observation=f"o{i}", token_ids=[i, i + 1], logprobs=[-0.5, -0.25], obs_token_ids=[9])
+
+
+def build_tree() -> RolloutTree:
+    """root -> 1 -> 2 -> 3 (leaf, r=1)
+                      2 -> 4 (replay leaf, r=0)
+       root -> 5 -> 6 (leaf, r=0)
+       root -> 7 (leaf, r=1)
+
+    Node 1 has one child (2); node 2 has two children (3, 4): an anchor.
+    """
+    t = RolloutTree("p0", "prompt", env_id="trace/Test-v0", step=2)
+    n1 = t.add_child(0, _turn(1))
+    n2 = t.add_child(n1.id, _turn(2))
+    n3 = t.add_child(n2.id, _turn(3))
+    t.finish(n3.id, reward=1.0, terminated=True)
+    n4 = t.add_child(n2.id, _turn(4), origin="replay", seed=42)
+    t.finish(n4.id, reward=0.0, truncated=True)
+    n5 = t.add_child(0, _turn(5))
+    n6 = t.add_child(n5.id, _turn(6))
+    t.finish(n6.id, reward=0.0, terminated=True)
+    n7 = t.add_child(0, _turn(7))
+    t.finish(n7.id, reward=1.0, terminated=True)
+    assert [n.id for n in (n1, n2, n3, n4, n5, n6, n7)] == list(range(1, 8))
+    return t
+
+
+def test_targets_are_bottom_up_success_rates():
+    t = build_tree()
+    t.compute_targets()
+    assert t.root.target == pytest.approx(2 / 4)
+    assert t[1].target == t[2].target == pytest.approx(1 / 2)
+    assert t[5].target == 0.0 and t[7].target == 1.0
+    assert [t[i].num_leaves for i in (0, 1, 2, 5)] == [4, 2, 2, 1]
+
+
+def test_anchors_segments_and_chain_compression():
+    t = build_tree()
+    assert [a.id for a in t.anchors()] == [0, 2]
+    segs = {(s.anchor, s.nodes): s.value for s in t.segments()}
+    assert segs == {
+        (0, (1, 2)): 0.5,  # chain 1 -> 2 compressed, ends at the anchor 2
+        (0, (5, 6)): 0.0,
+        (0, (7,)): 1.0,
+        (2, (3,)): 1.0,
+        (2, (4,)): 0.0,
+    }
+
+
+def test_metrics_known_answers():
+    t = build_tree()
+    m = t.metrics()
+    assert (m.leaves, m.successes, m.failures) == (4, 2, 2)
+    assert m.mixed and m.mixed_anchors == 2 and m.anchors == 2
+    # pairs at node 2: (3, 4) = 1; at root: successes {3,7} x failures {4,6} minus the
+    # pair inside child 1 -> 2*2 - 1 = 3; total S*F = 4
+    assert t.contrastive_pairs_by_anchor() == {0: 3, 2: 1}
+    assert m.contrastive_pairs == 4
+    assert m.turns == 7 and m.tokens == 14
+
+
+def test_failed_branches_have_no_reward_and_do_not_count():
+    t = RolloutTree("p1", "prompt")
+    a = t.add_child(0, _turn(1))
+    t.finish(a.id, reward=1.0, terminated=True)
+    b = t.add_child(0, _turn(2))
+    t.finish(b.id, error="PolicyError: boom")
+    m = t.metrics()
+    assert b.failed and b.reward is None
+    assert (m.leaves, m.failed_branches, m.mixed) == (1, 1, False)
+    assert t.root.target == 1.0
+
+
+def test_batch_metrics_and_effective_ratio():
+    mixed = build_tree()
+    pure = RolloutTree("p2", "prompt")
+    for i in range(3):
+        n = pure.add_child(0, _turn(i))
+        pure.finish(n.id, reward=0.0, terminated=True)
+    assert effective_ratio([mixed, pure]) == 0.5
+    assert math.isnan(effective_ratio([]))
+    bm = batch_metrics([mixed, pure])
+    assert bm["mixed_groups"] == 1 and bm["contrastive_pairs"] == 4 and bm["leaves"] == 7
+
+
+def test_terminal_nodes_cannot_grow():
+    t = build_tree()
+    with pytest.raises(ValueError, match="terminal"):
+        t.add_child(3, _turn(9))
+
+
+def test_json_round_trip_is_exact(tmp_path):
+    trees = [build_tree(), RolloutTree("p9", "héllo ✓", prompt_token_ids=[1, 2, 3])]
+    trees[0].compute_targets()
+    trees[0][3].true_value = 0.123456789012345
+    trees[0][2].value = 1 / 3
+    for suffix in ("trees.jsonl", "trees.jsonl.gz"):
+        path = save_trees(trees, tmp_path / suffix)
+        back = load_trees(path)
+        assert back == trees
+        assert [b.to_dict() for b in back] == [t.to_dict() for t in trees]
+
+
+def test_wrong_version_and_corruption_give_clear_errors(tmp_path):
+    d = build_tree().to_dict()
+    bad = tmp_path / "v99.jsonl"
+    bad.write_text(json.dumps({**d, "version": 99}) + "\n")
+    with pytest.raises(TreeFormatError, match="version 99 is not supported"):
+        load_trees(bad)
+    broken = tmp_path / "broken.jsonl"
+    broken.write_text(json.dumps(d)[:-20] + "\n")
+    with pytest.raises(TreeFormatError, match="broken.jsonl:1: not valid JSON"):
+        load_trees(broken)
+    wrong_parent = dict(d, nodes=[dict(n) for n in d["nodes"]])
+    wrong_parent["nodes"][3]["parent"] = 7
+    p = tmp_path / "parent.jsonl"
+    p.write_text(json.dumps(wrong_parent) + "\n")
+    with pytest.raises(TreeFormatError, match="bad parent"):
+        load_trees(p)
+    alien = tmp_path / "alien.jsonl"
+    alien.write_text(json.dumps({"hello": 1}) + "\n")
+    with pytest.raises(TreeFormatError, match="not a trace-gym rollout tree"):
+        load_trees(alien)
+    missing = tmp_path / "missing.jsonl"
+    missing.write_text(json.dumps({k: v for k, v in d.items() if k != "prompt"}) + "\n")
+    with pytest.raises(TreeFormatError, match="corrupted"):
+        load_trees(missing)
