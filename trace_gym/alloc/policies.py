@@ -1,0 +1,344 @@
+"""Allocation policies: TRACE, its ablations, and every baseline, one small class each.
+
+Each class implements the `Allocator` protocol of `trace_gym.alloc.base`:
+`allocate_roots(candidates, budget, rng)` returns rollouts per candidate (0, or
+2..m_max; fixed-group policies use exactly `group_size`), and
+`allocate_prefixes(prefixes, budget, rng)` returns replays per prefix. Flat policies
+(`branching = False`) return zeros from the latter. Randomness comes only from `rng`.
+
+Fixed-group policies (grpo, pcl, treepo's roots, greso) spend
+`group_size * (budget // group_size)` rollouts; the remainder (< group_size) is left
+unspent rather than bending the group size. They also leave budget unspent when the
+pool holds too few candidates. TRACE, the oracle and the ablation mixes spend the
+root budget exactly (or raise `AllocationError` when it is infeasible).
+
+Adding a policy = writing one class with `name`, `branching` and the two methods, then
+registering it (`ALLOCATORS[MyPolicy.name] = MyPolicy`); see docs/alloc.md.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import ClassVar
+
+import numpy as np
+
+from trace_gym.alloc.base import Candidate, PrefixCandidate
+from trace_gym.alloc.solvers import _as_int, _increments, root_value, solve_prefixes, solve_roots
+from trace_gym.errors import AllocationError, ConfigError
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "FlatAllocator",
+    "GRESOAllocator",
+    "GRPOAllocator",
+    "KnapsackAllocator",
+    "OracleAllocator",
+    "PCLAllocator",
+    "TraceAllocator",
+    "TraceRootsRandomPrefixes",
+    "TreePOAllocator",
+    "UniformRootsTracePrefixes",
+    "random_prefixes",
+    "uniform_roots",
+]
+
+
+# ----------------------------------------------------------------------------- building blocks
+def _check_pool(n: int, budget, what: str = "root") -> int:
+    budget = _as_int(budget, f"{what} budget")
+    if n == 0 and budget > 0:
+        raise AllocationError(f"cannot spend a {what} budget of {budget} on an empty pool; pass candidates")
+    return budget
+
+
+def uniform_roots(num: int, budget: int, group_size: int, rng: np.random.Generator) -> np.ndarray:
+    """`group_size` rollouts for each of budget // group_size candidates drawn uniformly at random."""
+    counts = np.zeros(num, dtype=np.int64)
+    take = min(num, budget // group_size)
+    counts[rng.permutation(num)[:take]] = group_size
+    return counts
+
+
+def random_prefixes(num: int, budget: int, rng: np.random.Generator) -> np.ndarray:
+    """Each replay goes to a prefix chosen uniformly at random (with replacement)."""
+    if num == 0:
+        return np.zeros(0, dtype=np.int64)
+    return np.bincount(rng.integers(num, size=budget), minlength=num).astype(np.int64)
+
+
+def _prefix_split(prefixes: Sequence[PrefixCandidate], budget: int, *, use_true: bool, cost_aware: bool,
+                  replay_cost: float) -> np.ndarray:
+    """TRACE's prefix rule on predicted (or true) values; optional per-prefix costs."""
+    if not prefixes:
+        return np.zeros(0, dtype=np.int64)
+    values = [_true(p, "prefix") if use_true else p.value for p in prefixes]
+    rewards = [p.reward for p in prefixes]
+    if cost_aware:
+        costs = [p.cost for p in prefixes]
+        return solve_prefixes(values, rewards, budget * replay_cost, costs).counts
+    return solve_prefixes(values, rewards, budget).counts
+
+
+def _true(record, what: str) -> float:
+    if record.true_value is None:
+        raise AllocationError(
+            f"the oracle needs true success probabilities, but a {what} has none; only the "
+            "simulator (trace/Sim-v0) provides them - use 'trace' on other envs"
+        )
+    return record.true_value
+
+
+# ----------------------------------------------------------------------------- base classes
+class FlatAllocator:
+    """Common constructor for every policy; flat policies get zero replays."""
+
+    name: ClassVar[str] = "flat"
+    branching: ClassVar[bool] = False
+
+    def __init__(self, *, m_max: int = 16, group_size: int = 8):
+        if m_max < 2:
+            raise ConfigError(f"m_max must be >= 2 (a kept prompt needs 2 rollouts); got {m_max}")
+        if group_size < 2:
+            raise ConfigError(f"group_size must be >= 2 (a group of one has no contrast); got {group_size}")
+        self.m_max = int(m_max)
+        self.group_size = int(group_size)
+
+    def allocate_roots(self, candidates: Sequence[Candidate], budget: int, rng: np.random.Generator) -> np.ndarray:
+        budget = _check_pool(len(candidates), budget)
+        return uniform_roots(len(candidates), budget, self.group_size, rng)
+
+    def allocate_prefixes(self, prefixes: Sequence[PrefixCandidate], budget: int,
+                          rng: np.random.Generator) -> np.ndarray:
+        return np.zeros(len(prefixes), dtype=np.int64)
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{k}={v!r}" for k, v in vars(self).items() if not k.startswith("_"))
+        return f"{type(self).__name__}({fields})"
+
+
+class TraceAllocator(FlatAllocator):
+    """TRACE (Zou et al. 2026, arXiv 2606.11119): both exact solvers on predicted values.
+
+    Roots: m_i in {0, 2..m_max} with sum m_i = budget maximising the expected number of
+    mixed groups sum (1 - v^m - (1 - v)^m) (`solve_roots`). Prefixes: the prompt's
+    continuation budget split over its visited prefixes maximising sum (1 - q^k)
+    (`solve_prefixes`). `cost_aware=True` charges each replay its prefix's `cost` and
+    spends at most `budget * replay_cost` (the count of replays may then differ from
+    `budget`); `exact_budget=False` lets the root counts sum to less than the budget.
+    """
+
+    name: ClassVar[str] = "trace"
+    branching: ClassVar[bool] = True
+    use_true_roots: ClassVar[bool] = False
+    use_true_prefixes: ClassVar[bool] = False
+
+    def __init__(self, *, m_max: int = 16, group_size: int = 8, exact_budget: bool = True,
+                 cost_aware: bool = False, replay_cost: float = 0.5):
+        super().__init__(m_max=m_max, group_size=group_size)
+        if not replay_cost > 0:
+            raise ConfigError(f"replay_cost must be > 0 (trajectory-equivalents per replay); got {replay_cost}")
+        self.exact_budget = bool(exact_budget)
+        self.cost_aware = bool(cost_aware)
+        self.replay_cost = float(replay_cost)
+
+    def allocate_roots(self, candidates: Sequence[Candidate], budget: int, rng: np.random.Generator) -> np.ndarray:
+        budget = _check_pool(len(candidates), budget)
+        if not candidates:
+            return np.zeros(0, dtype=np.int64)
+        values = [_true(c, "candidate") if self.use_true_roots else c.value for c in candidates]
+        return solve_roots(values, budget, self.m_max, exact_budget=self.exact_budget).counts
+
+    def allocate_prefixes(self, prefixes: Sequence[PrefixCandidate], budget: int,
+                          rng: np.random.Generator) -> np.ndarray:
+        budget = _as_int(budget, "prefix budget")
+        return _prefix_split(prefixes, budget, use_true=self.use_true_prefixes, cost_aware=self.cost_aware,
+                             replay_cost=self.replay_cost)
+
+
+class OracleAllocator(TraceAllocator):
+    """Oracle (ALGORITHMS.md "Extra allocation baselines"): the TRACE rule on true probabilities.
+
+    Needs `Candidate.true_value` / `PrefixCandidate.true_value`, which only the simulator
+    provides: the upper bound every learned allocator is measured against.
+    """
+
+    name: ClassVar[str] = "oracle"
+    use_true_roots: ClassVar[bool] = True
+    use_true_prefixes: ClassVar[bool] = True
+
+
+class TraceRootsRandomPrefixes(TraceAllocator):
+    """Ablation "adaptive / uniform" (TRACE paper, Table on prompt/prefix stages): TRACE roots, random prefixes."""
+
+    name: ClassVar[str] = "trace_roots_random_prefixes"
+
+    def allocate_prefixes(self, prefixes: Sequence[PrefixCandidate], budget: int,
+                          rng: np.random.Generator) -> np.ndarray:
+        return random_prefixes(len(prefixes), _as_int(budget, "prefix budget"), rng)
+
+
+class UniformRootsTracePrefixes(TraceAllocator):
+    """Ablation "uniform / adaptive" (TRACE paper): fixed groups at random, TRACE prefix split."""
+
+    name: ClassVar[str] = "uniform_roots_trace_prefixes"
+
+    def allocate_roots(self, candidates: Sequence[Candidate], budget: int, rng: np.random.Generator) -> np.ndarray:
+        budget = _check_pool(len(candidates), budget)
+        return uniform_roots(len(candidates), budget, self.group_size, rng)
+
+
+class TreePOAllocator(FlatAllocator):
+    """TreePO as the TRACE paper runs it (ALGORITHMS.md "TreePO"): same trees, random branch points.
+
+    Roots: `group_size` rollouts for as many randomly drawn prompts as the budget allows;
+    prefixes: every replay picks a visited prefix uniformly at random. This is also the
+    paper's "uniform / uniform" ablation row.
+    """
+
+    name: ClassVar[str] = "treepo"
+    branching: ClassVar[bool] = True
+
+    def allocate_prefixes(self, prefixes: Sequence[PrefixCandidate], budget: int,
+                          rng: np.random.Generator) -> np.ndarray:
+        return random_prefixes(len(prefixes), _as_int(budget, "prefix budget"), rng)
+
+
+class GRPOAllocator(FlatAllocator):
+    """GRPO / uniform (Shao et al. 2024, DeepSeekMath): a fixed group per prompt, no branching.
+
+    `group_size` rollouts for each of budget // group_size prompts drawn uniformly at
+    random from the pool (the pool order never biases the batch).
+    """
+
+    name: ClassVar[str] = "grpo"
+
+
+class PCLAllocator(FlatAllocator):
+    """PCL, Prompt Curriculum Learning (Gao et al. 2025, arXiv 2510.01135).
+
+    Wants m = budget // group_size prompts: draws a pool of k * m candidates at random
+    (all of them if fewer), keeps the m whose predicted value is closest to 0.5 (ties to
+    the earlier draw) and gives each a fixed group of `group_size`.
+    """
+
+    name: ClassVar[str] = "pcl"
+
+    def __init__(self, *, m_max: int = 16, group_size: int = 8, pool_factor: int = 4):
+        super().__init__(m_max=m_max, group_size=group_size)
+        if pool_factor < 1:
+            raise ConfigError(f"pool_factor (k of the k*m pool) must be >= 1; got {pool_factor}")
+        self.pool_factor = int(pool_factor)
+
+    def allocate_roots(self, candidates: Sequence[Candidate], budget: int, rng: np.random.Generator) -> np.ndarray:
+        budget = _check_pool(len(candidates), budget)
+        n = len(candidates)
+        want = min(n, budget // self.group_size)
+        pool = rng.permutation(n)[: self.pool_factor * want]
+        distance = np.abs(np.array([candidates[i].value for i in pool]) - 0.5)
+        keep = pool[np.argsort(distance, kind="stable")[:want]]
+        counts = np.zeros(n, dtype=np.int64)
+        counts[keep] = self.group_size
+        return counts
+
+
+class GRESOAllocator(FlatAllocator):
+    """GRESO, selective rollouts (Zheng et al. 2025, "Act Only When It Pays", arXiv 2506.02177).
+
+    A prompt whose last c visits were all-correct is kept with probability
+    max(p_easy^c, p_min) (all-wrong: p_hard); others are always kept. The kept prompts,
+    in random order, fill budget // group_size fixed groups. Before each allocation
+    p_easy (p_hard) moves by `step` toward `target_easy` (`target_hard`): down when the
+    share of visited candidates whose last visit was all-correct (all-wrong) is above
+    the target, up otherwise. This history-based estimate of the zero-variance ratio is
+    our reading; the defaults are ours. The policy is stateful (p_easy, p_hard).
+    """
+
+    name: ClassVar[str] = "greso"
+
+    def __init__(self, *, m_max: int = 16, group_size: int = 8, p_easy: float = 0.5, p_hard: float = 0.5,
+                 target_easy: float = 0.125, target_hard: float = 0.125, step: float = 0.01, p_min: float = 0.01):
+        super().__init__(m_max=m_max, group_size=group_size)
+        for key, val in dict(p_easy=p_easy, p_hard=p_hard, target_easy=target_easy, target_hard=target_hard,
+                             p_min=p_min).items():
+            if not 0.0 <= val <= 1.0:
+                raise ConfigError(f"{key} must be a probability in [0, 1]; got {val}")
+        self.p_easy, self.p_hard = float(p_easy), float(p_hard)
+        self.target_easy, self.target_hard = float(target_easy), float(target_hard)
+        self.step, self.p_min = float(step), float(p_min)
+
+    def _adapt(self, candidates: Sequence[Candidate]) -> None:
+        visited = [c.history for c in candidates if c.history.visits]
+        if not visited:
+            return
+        easy = float(np.mean([h.all_success_streak > 0 for h in visited]))
+        hard = float(np.mean([h.all_failure_streak > 0 for h in visited]))
+        self.p_easy = self._toward(self.p_easy, easy, self.target_easy)
+        self.p_hard = self._toward(self.p_hard, hard, self.target_hard)
+
+    def _toward(self, p: float, ratio: float, target: float) -> float:
+        # too many zero-variance prompts got through: keep fewer of them (lower p)
+        p = p - self.step if ratio > target else p + self.step
+        return float(min(max(p, self.p_min), 1.0))
+
+    def keep_probability(self, candidate: Candidate) -> float:
+        """Chance that `candidate` survives the pre-rollout filter."""
+        h = candidate.history
+        if h.all_success_streak > 0:
+            return max(self.p_easy**h.all_success_streak, self.p_min)
+        if h.all_failure_streak > 0:
+            return max(self.p_hard**h.all_failure_streak, self.p_min)
+        return 1.0
+
+    def allocate_roots(self, candidates: Sequence[Candidate], budget: int, rng: np.random.Generator) -> np.ndarray:
+        budget = _check_pool(len(candidates), budget)
+        self._adapt(candidates)
+        n = len(candidates)
+        order = rng.permutation(n)
+        keep = rng.random(n) < np.array([self.keep_probability(candidates[i]) for i in order])
+        chosen = order[keep][: budget // self.group_size]
+        counts = np.zeros(n, dtype=np.int64)
+        counts[chosen] = self.group_size
+        return counts
+
+
+class KnapsackAllocator(FlatAllocator):
+    """Knapsack-RL (Li et al. 2025, "Knapsack RL", arXiv 2509.25849): value-weighted rollout counts.
+
+    Value of N rollouts for a prompt with success rate p:
+    (1 - p^N - (1 - p)^N) * p (1 - p)^2, p from the prompt's last visit (the predicted
+    value for a prompt never visited - our choice). Every prompt with 0 < p < 1 gets at
+    least 2 (the best ones by value at N = 2 when the budget cannot cover all), then
+    the rest is distributed up to m_max; per prompt the value is concave for N >= 2, so
+    taking the largest marginal values is the exact optimum of that DP. Prompts with
+    p in {0, 1} get nothing; budget beyond every prompt's m_max stays unspent.
+    """
+
+    name: ClassVar[str] = "knapsack"
+
+    @staticmethod
+    def success_rate(candidate: Candidate) -> float:
+        last = candidate.history.last_mean
+        return candidate.value if last is None else last
+
+    def allocate_roots(self, candidates: Sequence[Candidate], budget: int, rng: np.random.Generator) -> np.ndarray:
+        budget = _check_pool(len(candidates), budget)
+        n = len(candidates)
+        counts = np.zeros(n, dtype=np.int64)
+        p = np.array([self.success_rate(c) for c in candidates], dtype=float)
+        eligible = np.flatnonzero((p > 0) & (p < 1))
+        if eligible.size == 0 or budget < 2:
+            return counts
+        weight = p * (1 - p) ** 2
+        first = weight[eligible] * root_value(p[eligible], 2)
+        chosen = eligible[np.argsort(-first, kind="stable")[: budget // 2]]
+        counts[chosen] = 2
+        rest = budget - 2 * chosen.size
+        if rest and self.m_max > 2:
+            gains = weight[chosen, None] * _increments(p[chosen], self.m_max)[:, 2:]  # steps 3..m_max
+            flat = gains.ravel()
+            top = np.argsort(-flat, kind="stable")[:rest]  # concave rows: top gains form prefixes
+            counts[chosen] += np.bincount(top // gains.shape[1], minlength=chosen.size)
+        return counts

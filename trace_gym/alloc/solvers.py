@@ -1,0 +1,433 @@
+"""Exact solvers for TRACE's two allocation problems (pure numpy, no state).
+
+Root problem (../shared/TRACE.md "Prompt level"): given success probabilities
+v_1..v_P, a budget B and a cap m_max, choose m_i in {0} U {2..m_max} with
+sum m_i = B maximising sum f(v_i, m_i), where
+
+    f(v, m) = 1 - v^m - (1 - v)^m   for m >= 2,      f(v, 0) = 0.
+
+(The literal formula gives -1 at m = 0; a skipped prompt contributes nothing.)
+
+- `solve_roots_reference`: the textbook DP, O(P * B * m_max), vectorised over the
+  budget axis. Slow but obviously right; the tests and the benchmark check the fast
+  solver against it.
+- `solve_roots`: the fast exact solver. Let h_i be the concave extension of f_i that
+  also allows m = 1 with h(1) = v(1 - v): its increments per unit of budget are
+  d_1 = d_2 = d_3 = v(1 - v) >= d_4 >= d_5 >= ... . Maximising sum h_i is solved by
+  taking the B largest increments ("the relaxation"). With ties broken by
+  (value, prompt, step) a prompt's three equal first increments are adjacent in that
+  order, so at most one prompt -- call it p -- ends at the forbidden m = 1. If none
+  does, the relaxation is feasible and therefore optimal. Otherwise let g be the
+  relaxation for B - 1 (= the greedy solution without p's unit; it is feasible). An
+  exchange argument (docs/alloc.md, "Why the fast root solver is exact") shows that an
+  optimum for B differs from g by one of two moves:
+
+    1. one more unit on a prompt that g already opened;
+    2. open an unopened prompt at 2 and take one unit back from a prompt at >= 3;
+
+  (the argument's third pattern, "close a prompt at 2 and open another at 3", never
+  beats move 1 on the prompt it would close). Each move's best instance is an
+  argmax/argmin over prompts, so the repair is O(P).
+  Total cost: one `np.partition` over P * m_max increments plus O(P * m_max) numpy.
+
+Prefix problem ("Prefix level"): a prompt's continuation budget K is split over its
+visited prefixes, maximising sum (1 - q_j^{k_j}) with q = r V + (1 - r)(1 - V), the
+chance that one replay repeats the known outcome r. Gains q^(k-1)(1 - q) shrink with
+k, so a max-heap greedy is exact for equal replay costs; `costs=` switches to an
+exact knapsack DP over integerised costs (`resolution` units per unit of cost, costs
+rounded *up* so the plan never overspends).
+
+Values at exactly 0 or 1 are legal: every solver clips them to
+[`VALUE_EPS`, 1 - `VALUE_EPS`] first (`clip_values`), so a prompt the predictor is
+sure about still has a tiny positive gain, never outranks an uncertain one, and ties
+among sure prompts fall to the lower index. Returned objectives are computed on the
+clipped values.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import numbers
+from collections.abc import Sequence
+from typing import NamedTuple
+
+import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
+
+from trace_gym.errors import AllocationError
+
+__all__ = [
+    "VALUE_EPS",
+    "PrefixSolution",
+    "RootSolution",
+    "check_root_budget",
+    "clip_values",
+    "prefix_value",
+    "root_value",
+    "solve_prefixes",
+    "solve_roots",
+    "solve_roots_reference",
+    "split_budget",
+]
+
+#: values are clipped into [VALUE_EPS, 1 - VALUE_EPS] before solving
+VALUE_EPS = 1e-6
+
+
+class RootSolution(NamedTuple):
+    """Rollouts per prompt (int64, each 0 or in [2, m_max]) and sum f(v_i, m_i)."""
+
+    counts: np.ndarray
+    objective: float
+
+
+class PrefixSolution(NamedTuple):
+    """Replays per prefix (int64) and sum (1 - q_j^k_j)."""
+
+    counts: np.ndarray
+    objective: float
+
+
+# ----------------------------------------------------------------------------- checks
+def _as_values(values, what: str = "values") -> np.ndarray:
+    try:
+        v = np.asarray(values, dtype=float)
+    except (TypeError, ValueError) as e:
+        raise AllocationError(f"{what} must be numbers in [0, 1]; got {values!r:.80}") from e
+    if v.ndim != 1:
+        raise AllocationError(f"{what} must be a flat sequence (one per candidate); got shape {v.shape}")
+    if v.size == 0:
+        raise AllocationError(f"{what} is empty: there is nothing to allocate to; pass at least one candidate")
+    bad = np.flatnonzero(~np.isfinite(v))
+    if bad.size:
+        raise AllocationError(
+            f"{what} contain NaN/inf at positions {bad[:5].tolist()}; check the predictor's output "
+            "(a predictor must return probabilities in [0, 1])"
+        )
+    bad = np.flatnonzero((v < 0) | (v > 1))
+    if bad.size:
+        raise AllocationError(
+            f"{what} must lie in [0, 1]; positions {bad[:5].tolist()} hold {v[bad[:5]].tolist()} "
+            "(pass probabilities, not logits or rewards)"
+        )
+    return v
+
+
+def clip_values(values) -> np.ndarray:
+    """Validate probabilities and clip them into [VALUE_EPS, 1 - VALUE_EPS]."""
+    return np.clip(_as_values(values), VALUE_EPS, 1.0 - VALUE_EPS)
+
+
+def _as_int(x, what: str) -> int:
+    if isinstance(x, bool) or not isinstance(x, numbers.Integral):
+        if isinstance(x, numbers.Real) and float(x).is_integer():
+            x = int(x)
+        else:
+            raise AllocationError(f"{what} must be a whole number; got {x!r}")
+    x = int(x)
+    if x < 0:
+        raise AllocationError(f"{what} must be >= 0; got {x}")
+    return x
+
+
+def _check_m_max(m_max) -> int:
+    m_max = _as_int(m_max, "m_max")
+    if m_max < 2:
+        raise AllocationError(f"m_max must be >= 2 (a kept prompt needs at least 2 rollouts); got {m_max}")
+    return m_max
+
+
+def check_root_budget(num_candidates: int, budget: int, m_max: int) -> None:
+    """Raise `AllocationError` unless some m in {0, 2..m_max}^P sums exactly to `budget`."""
+    if budget == 1:
+        raise AllocationError(
+            "a root budget of 1 is infeasible: a kept prompt needs at least 2 rollouts; "
+            "use a budget of 0 or >= 2 (or exact_budget=False)"
+        )
+    if budget > num_candidates * m_max:
+        raise AllocationError(
+            f"root budget {budget} exceeds {num_candidates} candidates x m_max {m_max} = "
+            f"{num_candidates * m_max}; offer more candidates, raise m_max, or pass exact_budget=False"
+        )
+    if m_max == 2 and budget % 2:
+        raise AllocationError(
+            f"with m_max = 2 every kept prompt takes exactly 2 rollouts, so the odd budget {budget} "
+            "is infeasible; use an even budget, m_max >= 3, or exact_budget=False"
+        )
+
+
+# ----------------------------------------------------------------------------- values
+def root_value(v, m) -> np.ndarray:
+    """Chance that m rollouts of a prompt with success probability v are mixed; f(v, 0) = 0."""
+    v = np.asarray(v, dtype=float)
+    m = np.asarray(m)
+    out = 1.0 - v**m - (1.0 - v) ** m
+    return np.where(m == 0, 0.0, out)
+
+
+def prefix_value(q, k) -> np.ndarray:
+    """Chance that at least one of k replays flips an outcome that one replay repeats w.p. q."""
+    return 1.0 - np.asarray(q, dtype=float) ** np.asarray(k)
+
+
+def _increments(v: np.ndarray, m_max: int) -> np.ndarray:
+    """(P, m_max) per-unit gains of the concave extension h: column s-1 holds h(s) - h(s-1)."""
+    u = 1.0 - v
+    a = v * u
+    inc = np.empty((v.size, m_max))
+    inc[:, : min(3, m_max)] = a[:, None]
+    if m_max > 3:
+        # step s >= 3 gains a (v^(s-2) + u^(s-2)); columns 3.. are steps 4.. (powers 2..)
+        vp = np.cumprod(np.broadcast_to(v[:, None], (v.size, m_max - 2)), axis=1)[:, 1:]
+        up = np.cumprod(np.broadcast_to(u[:, None], (u.size, m_max - 2)), axis=1)[:, 1:]
+        inc[:, 3:] = a[:, None] * (vp + up)
+        # rounding can make a later gain exceed an earlier one by an ulp; keep h concave
+        np.minimum.accumulate(inc, axis=1, out=inc)
+    return inc
+
+
+def _greedy(inc: np.ndarray, budget: int) -> np.ndarray:
+    """Counts of the relaxation: the `budget` largest increments, ties to lower (prompt, step)."""
+    flat = inc.ravel()
+    n = flat.size
+    if budget <= 0:
+        return np.zeros(inc.shape[0], dtype=np.int64)
+    if budget >= n:
+        return np.full(inc.shape[0], inc.shape[1], dtype=np.int64)
+    kth = np.partition(flat, n - budget)[n - budget]  # the budget-th largest gain
+    take = flat > kth
+    need = budget - int(np.count_nonzero(take))
+    take[np.flatnonzero(flat == kth)[:need]] = True
+    return take.reshape(inc.shape).sum(axis=1, dtype=np.int64)
+
+
+def _repair(inc: np.ndarray, g: np.ndarray, m_max: int) -> tuple[np.ndarray, float] | None:
+    """Best of the two moves that turn the feasible B-1 relaxation `g` into a B solution.
+
+    Returns (counts, gain over g), or None when neither move is feasible.
+    """
+    rows = np.arange(g.size)
+    best: tuple[float, int, int, int] | None = None  # (gain, move, i, j)
+
+    opened_below_cap = (g >= 2) & (g < m_max)
+    if opened_below_cap.any():  # move 1: one more unit on an opened prompt
+        gain = np.where(opened_below_cap, inc[rows, np.minimum(g, m_max - 1)], -np.inf)
+        i = int(np.argmax(gain))
+        best = (float(gain[i]), 1, i, -1)
+
+    closed, above_two = g == 0, g >= 3
+    if closed.any() and above_two.any():  # move 2: open at 2, take a unit back from a prompt at >= 3
+        i = int(np.argmax(np.where(closed, inc[:, 0], -np.inf)))
+        loss = np.where(above_two, inc[rows, np.maximum(g - 1, 0)], np.inf)
+        j = int(np.argmin(loss))
+        gain2 = 2 * inc[i, 0] - loss[j]
+        if best is None or gain2 > best[0]:
+            best = (float(gain2), 2, i, j)
+
+    if best is None:
+        return None
+    gain, move, i, j = best
+    out = g.copy()
+    if move == 1:
+        out[i] += 1
+    else:
+        out[i], out[j] = 2, out[j] - 1
+    return out, gain
+
+
+def solve_roots(values: Sequence[float], budget: int, m_max: int = 16, exact_budget: bool = True) -> RootSolution:
+    """Fast exact root allocation (see the module docstring for why it is exact).
+
+    `exact_budget=False` allows sum m_i <= budget (then any budget >= 0 is accepted and
+    the best total is chosen, preferring to spend more on ties).
+    """
+    v = clip_values(values)
+    budget = _as_int(budget, "root budget")
+    m_max = _check_m_max(m_max)
+    if exact_budget:
+        check_root_budget(v.size, budget, m_max)
+    else:
+        budget = min(budget, v.size * m_max)
+    if budget < 2:
+        counts = np.zeros(v.size, dtype=np.int64)
+        return RootSolution(counts, 0.0)
+    inc = _increments(v, m_max)
+    counts = _greedy(inc, budget)
+    partial = np.flatnonzero(counts == 1)
+    if partial.size:  # at most one prompt sits at the forbidden m = 1
+        counts[partial[0]] = 0  # the feasible relaxation for budget - 1
+        repaired = _repair(inc, counts, m_max)
+        if repaired is not None and (exact_budget or repaired[1] >= 0):
+            counts = repaired[0]
+        elif exact_budget:  # pragma: no cover - excluded by check_root_budget
+            raise AllocationError(f"root budget {budget} is infeasible for m_max {m_max}")
+    return RootSolution(counts, float(root_value(v, counts).sum()))
+
+
+def solve_roots_reference(
+    values: Sequence[float], budget: int, m_max: int = 16, exact_budget: bool = True
+) -> RootSolution:
+    """Reference DP over (prompt, budget): dp[b] = best objective of the prompts so far using b.
+
+    Ties go to the smaller m of each prompt, prompts taken in order. O(P * B * m_max).
+    """
+    v = clip_values(values)
+    budget = _as_int(budget, "root budget")
+    m_max = _check_m_max(m_max)
+    if exact_budget:
+        check_root_budget(v.size, budget, m_max)
+    else:
+        budget = min(budget, v.size * m_max)
+    P = v.size
+    ms = np.arange(m_max + 1)
+    table = root_value(v[:, None], ms[None, :])  # (P, m_max + 1)
+    table[:, 1] = -np.inf  # one rollout cannot be mixed and is not allowed
+    dp = np.full(budget + 1, -np.inf)
+    dp[0] = 0.0
+    choice = np.zeros((P, budget + 1), dtype=np.int8 if m_max < 128 else np.int32)
+    pad = np.full(m_max, -np.inf)
+    rows = np.arange(budget + 1)
+    for i in range(P):
+        # window[b, k] = dp[b + k - m_max]; reversed, column m holds dp[b - m]
+        window = sliding_window_view(np.concatenate([pad, dp]), m_max + 1)[:, ::-1]
+        cand = window + table[i]  # (budget + 1, m_max + 1)
+        best = cand.argmax(axis=1)  # first maximum = smallest m
+        dp = cand[rows, best]
+        choice[i] = best
+    if exact_budget:
+        b = budget
+    else:
+        b = budget - int(np.argmax(dp[::-1]))  # the largest total among the best
+    if not np.isfinite(dp[b]):  # pragma: no cover - excluded by check_root_budget
+        raise AllocationError(f"root budget {b} is infeasible for m_max {m_max}")
+    counts = np.zeros(P, dtype=np.int64)
+    for i in range(P - 1, -1, -1):
+        counts[i] = choice[i, b]
+        b -= counts[i]
+    return RootSolution(counts, float(root_value(v, counts).sum()))
+
+
+# ----------------------------------------------------------------------------- prefixes
+def _repeat_probability(values, rewards) -> np.ndarray:
+    v = np.clip(_as_values(values, "prefix values"), VALUE_EPS, 1.0 - VALUE_EPS)
+    try:
+        r = np.asarray(rewards, dtype=float)
+    except (TypeError, ValueError) as e:
+        raise AllocationError(f"prefix rewards must be numbers in [0, 1]; got {rewards!r:.80}") from e
+    if r.shape != v.shape:
+        raise AllocationError(f"need one reward per prefix: {r.shape} rewards for {v.shape} values")
+    if not np.all(np.isfinite(r)) or np.any((r < 0) | (r > 1)):
+        raise AllocationError("prefix rewards must be finite and in [0, 1] (pass the 0/1 success of the rollout)")
+    return r * v + (1.0 - r) * (1.0 - v)
+
+
+def _heap_split(q: np.ndarray, budget: int) -> np.ndarray:
+    counts = [0] * q.size
+    qs = q.tolist()
+    # max-heap on the next replay's gain q^k (1 - q); ties go to the lower index
+    heap = [(q_j - 1.0, j) for j, q_j in enumerate(qs)]
+    heapq.heapify(heap)
+    for _ in range(budget):
+        neg_gain, j = heap[0]
+        counts[j] += 1
+        heapq.heapreplace(heap, (neg_gain * qs[j], j))
+    return np.asarray(counts, dtype=np.int64)
+
+
+def _knapsack_split(q: np.ndarray, costs, budget: float, resolution: int) -> np.ndarray:
+    try:
+        c = np.asarray(costs, dtype=float)
+    except (TypeError, ValueError) as e:
+        raise AllocationError(f"prefix costs must be positive numbers; got {costs!r:.80}") from e
+    if c.shape != q.shape:
+        raise AllocationError(f"need one cost per prefix: {c.shape} costs for {q.shape} values")
+    if not np.all(np.isfinite(c)) or np.any(c <= 0):
+        raise AllocationError("prefix costs must be finite and > 0 (cost of one replay, e.g. turns left / turns)")
+    if resolution < 1:
+        raise AllocationError(f"resolution must be >= 1 integer unit per unit of cost; got {resolution}")
+    w = np.maximum(1, np.ceil(c * resolution - 1e-9)).astype(np.int64)  # rounded up: never overspend
+    cap = int(math.floor(budget * resolution + 1e-9))
+    dp = np.zeros(cap + 1)  # dp[c] = best objective within capacity c (sum <= c)
+    choice = np.zeros((q.size, cap + 1), dtype=np.int64)
+    for j in range(q.size):
+        best, arg = dp.copy(), np.zeros(cap + 1, dtype=np.int64)
+        for k in range(1, cap // w[j] + 1):
+            shift = k * w[j]
+            cand = dp[: cap + 1 - shift] + (1.0 - q[j] ** k)
+            better = cand > best[shift:]
+            best[shift:][better] = cand[better]
+            arg[shift:][better] = k
+        dp = best
+        choice[j] = arg
+    counts = np.zeros(q.size, dtype=np.int64)
+    b = cap
+    for j in range(q.size - 1, -1, -1):
+        counts[j] = choice[j, b]
+        b -= counts[j] * w[j]
+    return counts
+
+
+def solve_prefixes(
+    values: Sequence[float],
+    rewards: Sequence[float],
+    budget: float,
+    costs: Sequence[float] | None = None,
+    *,
+    resolution: int = 100,
+) -> PrefixSolution:
+    """Exact split of one prompt's continuation budget over its visited prefixes.
+
+    Without `costs`, `budget` is a number of replays and the counts sum to it exactly
+    (max-heap greedy). With `costs` (cost of one replay from each prefix, any unit),
+    `budget` is in the same unit and the counts maximise the objective subject to
+    sum counts_j * cost_j <= budget, solved by a knapsack DP with costs rounded up to
+    multiples of 1 / `resolution`.
+    """
+    q = _repeat_probability(values, rewards)
+    if costs is None:
+        counts = _heap_split(q, _as_int(budget, "prefix budget"))
+    else:
+        if not np.isfinite(budget) or budget < 0:
+            raise AllocationError(f"prefix budget must be finite and >= 0; got {budget!r}")
+        counts = _knapsack_split(q, costs, float(budget), int(resolution))
+    return PrefixSolution(counts, float(prefix_value(q, counts).sum()))
+
+
+# ----------------------------------------------------------------------------- splitting
+def split_budget(weights: Sequence[float], total: int) -> np.ndarray:
+    """Split `total` into integers proportional to `weights` (largest remainder, sums exactly).
+
+    Ties in the remainders go to the lower index. Integer weights use exact integer
+    arithmetic, so e.g. root counts never suffer rounding noise.
+    """
+    total = _as_int(total, "total budget")
+    try:
+        w = np.asarray(weights, dtype=float)
+    except (TypeError, ValueError) as e:
+        raise AllocationError(f"weights must be numbers; got {weights!r:.80}") from e
+    if w.ndim != 1:
+        raise AllocationError(f"weights must be a flat sequence; got shape {w.shape}")
+    if not np.all(np.isfinite(w)) or np.any(w < 0):
+        raise AllocationError("weights must be finite and >= 0")
+    if total == 0:
+        return np.zeros(w.size, dtype=np.int64)
+    if w.size == 0 or w.sum() <= 0:
+        raise AllocationError(
+            f"cannot split a budget of {total} over weights that are all zero (or none); "
+            "give at least one positive weight, or a total of 0"
+        )
+    if np.all(w == np.round(w)) and w.sum() < 2**62 / max(total, 1):
+        wi = w.astype(np.int64)
+        s = int(wi.sum())
+        base, rem = np.divmod(wi * total, s)
+        frac = rem.astype(float) / s
+    else:
+        quota = w * (total / w.sum())
+        base = np.floor(quota).astype(np.int64)
+        frac = quota - base
+    base = base.astype(np.int64)
+    left = total - int(base.sum())
+    order = np.lexsort((np.arange(w.size), -frac))  # largest remainder first, then index
+    base[order[:left]] += 1
+    return base
