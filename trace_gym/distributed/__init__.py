@@ -1,0 +1,40 @@
+"""Distributed rollouts on Ray: the branching runner's step with prompts sharded over actors.
+
+- `RayRunner` / `RayConfig`: same interface and same `RolloutTree`s as
+  `trace_gym.runner.BranchingRunner`, rollouts and expansions on rollout-worker actors;
+- `make_runner(..., ray_address=None | "local" | ADDRESS)`: one switch between the local
+  runner and the Ray runner (what `trace-gym rollout --ray` and the trainer config use);
+- `WorkerPolicy`: build the policy on each worker (an engine or a server client)
+  instead of shipping the driver's object;
+- `trace_gym.distributed.testing`: fault injection and a fixed-latency policy;
+- `trace_gym.distributed.bench`: `trace-gym bench alloc --ray` (throughput, 1 vs 2 workers).
+
+Ray is optional (``pip install "trace-gym[ray]"``); nothing here imports it until a
+`RayRunner` is built. See docs/distributed.md.
+"""
+
+from __future__ import annotations
+
+from trace_gym.distributed.runner import (
+    DistributedStepReport,
+    RayConfig,
+    RayRunner,
+    WorkerLost,
+    import_ray,
+    make_runner,
+    shard_works,
+)
+from trace_gym.distributed.worker import RolloutWorker, WorkerPolicy, current_worker
+
+__all__ = [
+    "DistributedStepReport",
+    "RayConfig",
+    "RayRunner",
+    "RolloutWorker",
+    "WorkerLost",
+    "WorkerPolicy",
+    "current_worker",
+    "import_ray",
+    "make_runner",
+    "shard_works",
+]

@@ -1,0 +1,79 @@
+"""Policy wrappers for testing and benchmarking the Ray runner.
+
+- `CrashOnCall`: deterministic fault injection - the wrapped policy's process exits on
+  its k-th ``generate`` call, on one chosen rollout worker only;
+- `LatencyPolicy`: a fixed simulated latency per ``generate`` call, so a benchmark
+  measures how many calls run concurrently rather than how fast these cores are.
+
+Both delegate ``set_step`` to the wrapped policy and keep its outputs unchanged, so the
+trees they produce equal the wrapped policy's. They live in the package (not in the
+tests) because the workers must be able to import them.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from trace_gym.distributed.worker import current_worker
+from trace_gym.errors import ConfigError
+from trace_gym.policy import Conversation, PolicyOutput
+from trace_gym.scheduling import set_step
+
+__all__ = ["CrashOnCall", "LatencyPolicy"]
+
+log = logging.getLogger(__name__)
+
+
+class _Wrapper:
+    def __init__(self, policy: Any):
+        if not callable(getattr(policy, "generate", None)):
+            raise ConfigError(f"{type(policy).__name__} has no generate(conversations) method")
+        self.policy = policy
+
+    def set_step(self, step: int) -> None:
+        set_step(self.policy, step)
+
+
+class CrashOnCall(_Wrapper):
+    """Kills the rollout-worker process on its `call`-th ``generate`` call (1-based).
+
+    Only on the worker whose index is `worker` (None: any worker); calls are counted
+    from when the wrapper arrived on the worker (the runner re-ships the policy each
+    step with ``sync_policy``, so the count restarts every step). Outside a rollout
+    worker it never exits - it would kill the driver - and raises instead.
+    """
+
+    def __init__(self, policy: Any, call: int, worker: int | None = None):
+        super().__init__(policy)
+        if call < 1:
+            raise ConfigError(f"call must be >= 1, got {call}")
+        self.call, self.worker, self.calls = int(call), worker, 0
+
+    def generate(self, conversations: Sequence[Conversation]) -> list[PolicyOutput]:
+        here = current_worker()
+        if self.worker is None or here == self.worker:
+            self.calls += 1
+            if self.calls == self.call:
+                if here is None:
+                    raise RuntimeError(f"CrashOnCall: injected failure on call {self.calls}")
+                log.warning("CrashOnCall: worker %s exits on call %d", here, self.calls)
+                os._exit(1)
+        return self.policy.generate(conversations)
+
+
+class LatencyPolicy(_Wrapper):
+    """Sleeps `latency_s` per ``generate`` call, then answers with the wrapped policy."""
+
+    def __init__(self, policy: Any, latency_s: float = 0.05):
+        super().__init__(policy)
+        if latency_s < 0:
+            raise ConfigError(f"latency_s must be >= 0, got {latency_s}")
+        self.latency_s = float(latency_s)
+
+    def generate(self, conversations: Sequence[Conversation]) -> list[PolicyOutput]:
+        time.sleep(self.latency_s)
+        return self.policy.generate(conversations)

@@ -1,0 +1,160 @@
+"""The rollout-worker actor: one shard of a step's prompts, roots and replays, on one process.
+
+A `RolloutWorker` owns its env instances and its policy for the life of the actor.
+Each step the driver sends it a shard of `PromptWork`s (roots already allocated, each
+with its share of the continuation budget) plus snapshots of the predictor and the
+allocator; the worker runs the local runner's own `StepScheduler` over the shard:
+batched rounds, per-prompt expansion the moment a prompt's roots are done, replays
+restored from checkpoints that never leave this process. It answers with the finished
+trees and its `StepReport`.
+
+This module does not import ray: the driver wraps the class with ``ray.remote`` (see
+`trace_gym.distributed.runner`), so the class is also usable - and tested - in-process.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import gymnasium as gym
+
+from trace_gym.budget import StepReport, Stopwatch
+from trace_gym.errors import ConfigError
+from trace_gym.runner import BranchingRunner, RunnerConfig
+from trace_gym.scheduling import PromptWork, StepScheduler, set_step
+from trace_gym.tree import RolloutTree
+
+__all__ = ["RolloutWorker", "ShardResult", "WorkerPolicy", "current_worker", "dumps", "loads"]
+
+#: index of the worker this process hosts (None outside a rollout-worker actor)
+_CURRENT_WORKER: int | None = None
+
+
+def current_worker() -> int | None:
+    """The index of the rollout worker running in this process, or None in the driver."""
+    return _CURRENT_WORKER
+
+
+def dumps(obj: Any) -> bytes:
+    """Pickle `obj` (lambdas and closures included) into one self-contained snapshot.
+
+    Snapshots travel as plain bytes so the receiver unpickles a private, writable copy
+    (Ray would otherwise hand out read-only numpy views of its object store).
+    """
+    from ray import cloudpickle
+
+    return cloudpickle.dumps(obj)
+
+
+def loads(data: bytes) -> Any:
+    return pickle.loads(data)
+
+
+class WorkerPolicy:
+    """A policy built *on* each worker by ``factory(*args, **kwargs)`` instead of shipped.
+
+    Use it for policies that hold something that cannot or should not travel: an
+    in-actor HF/vLLM engine, or an OpenAI-compatible client
+    (``WorkerPolicy(OpenAIPolicy, OpenAIConfig(base_url=..., model=...))``). The
+    factory and its arguments must pickle (module-level callables do).
+    """
+
+    def __init__(self, factory: Callable[..., Any], *args: Any, **kwargs: Any):
+        if not callable(factory):
+            raise ConfigError(f"WorkerPolicy needs a callable factory, got {factory!r}")
+        self.factory, self.args, self.kwargs = factory, args, kwargs
+
+    def __repr__(self) -> str:
+        return f"WorkerPolicy({getattr(self.factory, '__name__', self.factory)!r})"
+
+    def build(self) -> Any:
+        policy = self.factory(*self.args, **self.kwargs)
+        if not callable(getattr(policy, "generate", None)):
+            raise ConfigError(
+                f"WorkerPolicy factory {self.factory!r} built {type(policy).__name__}, "
+                "which has no generate(conversations) method"
+            )
+        return policy
+
+    # the driver holds a WorkerPolicy where the local runner holds the policy
+    def generate(self, conversations: Any) -> Any:
+        raise ConfigError(
+            "a WorkerPolicy only generates on the Ray workers; call WorkerPolicy.build() "
+            "for a local copy"
+        )
+
+
+class ShardResult(NamedTuple):
+    """What one worker sends back for one shard."""
+
+    worker: int
+    #: (PromptWork.order, finished tree) for every prompt of the shard
+    trees: list[tuple[int, RolloutTree]]
+    report: StepReport
+    #: env instances this worker has made so far
+    env_instances: int
+    pid: int
+
+
+class RolloutWorker:
+    """Holds env instances and a policy; runs shards of a step with the local scheduler."""
+
+    def __init__(
+        self,
+        index: int,
+        env_factory: bytes,
+        policy: bytes,
+        config: RunnerConfig,
+    ):
+        global _CURRENT_WORKER
+        _CURRENT_WORKER = int(index)
+        self.index = int(index)
+        spec = loads(policy)
+        factory: Callable[[], gym.Env] = loads(env_factory)
+        built = spec.build() if isinstance(spec, WorkerPolicy) else spec
+        # allocator and predictor are replaced by the driver's snapshots every shard
+        self.runner = BranchingRunner(built, factory, None, None, config)  # type: ignore[arg-type]
+
+    def ping(self) -> int:
+        return os.getpid()
+
+    def run_shard(
+        self,
+        step: int,
+        works: bytes,
+        allocator: bytes,
+        predictor: bytes,
+        policy: bytes | None = None,
+    ) -> bytes:
+        """Run every prompt of the shard to a closed tree; returns a pickled `ShardResult`."""
+        runner = self.runner
+        if policy is not None:  # the driver's policy object, re-shipped with its latest weights
+            runner.policy = loads(policy)
+        runner.allocator = loads(allocator)
+        runner.predictor = loads(predictor)
+        shard: list[PromptWork] = loads(works)
+        runner.pool.step = step
+        for env in runner.pool.free:
+            set_step(env, step)
+        set_step(runner.policy, step)
+        sw = Stopwatch()
+        # BranchingRunner.predict times itself on the step's stopwatch
+        runner._sw = sw
+        report = StepReport(step=step, replay_cost=runner.config.replay_cost)
+        StepScheduler(runner, step, report, sw).run(shard)
+        report.wall_s, report.time_s = sw.finish()
+        return dumps(
+            ShardResult(
+                worker=self.index,
+                trees=[(w.order, w.tree) for w in shard],
+                report=report,
+                env_instances=runner.pool.made,
+                pid=os.getpid(),
+            )
+        )
+
+    def close(self) -> None:
+        self.runner.close()
