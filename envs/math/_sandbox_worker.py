@@ -1,0 +1,499 @@
+"""The code that runs *inside* the math sandbox (bootstrap, init, zygote, interpreters).
+
+Started by `trace_gym.envs.math.sandbox.Sandbox` as ``python -s _sandbox_worker.py CONFIG``;
+it imports nothing from trace_gym (only the standard library, plus the configured
+preloads), so the sandbox never loads the env's own code.
+
+Process layout (outer pids are what the env sees; with a PID namespace the inner ones
+start at 1)::
+
+    bootstrap (root, outside the namespaces; exits when the env closes its stdin)
+      init    (pid 1 of the new PID namespace, unprivileged, reaps orphans)
+        zygote        (the "pristine" parked process: preloads imported, nothing run)
+        interpreter   (live; its own process group; runs cells)
+        snapshot ...  (parked forks of an interpreter, one per live checkpoint)
+
+Every long-lived process is a child of init (double fork), so nothing is left as a
+zombie of a process that the env killed. Messages are JSON over SOCK_SEQPACKET unix
+sockets; a new channel travels as an SCM_RIGHTS file descriptor with the ``fork`` /
+``spawn`` request that creates the process which will own it.
+"""
+
+from __future__ import annotations
+
+import ast
+import ctypes
+import io
+import json
+import linecache
+import os
+import resource
+import signal
+import socket
+import sys
+import traceback
+
+CLONE_NEWNS = 0x00020000
+CLONE_NEWPID = 0x20000000
+CLONE_NEWNET = 0x40000000
+MS_REC = 0x4000
+MS_BIND = 4096
+MS_PRIVATE = 1 << 18
+MS_NOSUID = 2
+MS_NODEV = 4
+PR_SET_PDEATHSIG = 1
+PR_SET_CHILD_SUBREAPER = 36
+PR_SET_NO_NEW_PRIVS = 38
+PR_SET_DUMPABLE = 4
+ADDR_NO_RANDOMIZE = 0x0040000
+MAX_MSG = 1 << 20
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def _log(*parts: object) -> None:
+    if os.environ.get("TRACE_GYM_SANDBOX_DEBUG"):
+        print("[sandbox]", os.getpid(), *parts, file=sys.__stderr__, flush=True)
+
+
+def outer_pid() -> int:
+    """This process's pid as the env (outside any PID namespace) sees it."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("NSpid:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return os.getpid()
+
+
+# ---------------------------------------------------------------------- messaging
+def send(chan: socket.socket, msg: dict, fds: list[int] | None = None) -> None:
+    data = json.dumps(msg).encode()
+    if fds:
+        socket.send_fds(chan, [data], fds)
+    else:
+        chan.send(data)
+
+
+def recv(chan: socket.socket) -> tuple[dict | None, list[int]]:
+    """One request and any passed fds; (None, []) when the peer has gone."""
+    try:
+        data, fds, _flags, _addr = socket.recv_fds(chan, MAX_MSG, 4)
+    except OSError:
+        return None, []
+    if not data:
+        return None, []
+    return json.loads(data), list(fds)
+
+
+# ---------------------------------------------------------------------- cells
+class CappedWriter(io.TextIOBase):
+    """A stdout that keeps the first `limit` characters and counts the rest."""
+
+    def __init__(self, limit: int):
+        self.limit = limit
+        self.parts: list[str] = []
+        self.kept = 0
+        self.total = 0
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, s) -> int:  # type: ignore[override]
+        s = str(s)
+        self.total += len(s)
+        room = self.limit - self.kept
+        if room > 0:
+            piece = s[:room]
+            self.parts.append(piece)
+            self.kept += len(piece)
+        return len(s)
+
+    def text(self) -> str:
+        return "".join(self.parts)
+
+
+class NoInput(io.TextIOBase):
+    """stdin for cells: always at end of file."""
+
+    def readable(self) -> bool:
+        return True
+
+    def read(self, size: int = -1) -> str:  # type: ignore[override]
+        return ""
+
+    def readline(self, size: int = -1) -> str:  # type: ignore[override]
+        return ""
+
+
+class Interpreter:
+    """A notebook-like namespace that runs cells and reports their output."""
+
+    def __init__(self) -> None:
+        import builtins
+
+        self.ns: dict = {"__name__": "__main__", "__builtins__": builtins}
+        self.count = 0
+
+    def run(self, code: str, max_chars: int, cpu_s: float) -> dict:
+        self.count += 1
+        name = f"<cell {self.count}>"
+        used = sum(resource.getrusage(resource.RUSAGE_SELF)[:2])
+        _soft, hard = resource.getrlimit(resource.RLIMIT_CPU)
+        want = int(used + cpu_s) + 1
+        if hard != resource.RLIM_INFINITY:
+            want = min(want, hard)
+        try:
+            resource.setrlimit(resource.RLIMIT_CPU, (want, hard))
+        except (ValueError, OSError):
+            pass
+        out = CappedWriter(max_chars)
+        error = None
+        old = sys.stdout, sys.stderr, sys.stdin
+        sys.stdout = sys.stderr = out
+        sys.stdin = NoInput()
+        try:
+            tree = ast.parse(code, name, "exec")
+            last = None
+            if tree.body and isinstance(tree.body[-1], ast.Expr):
+                last = ast.Expression(tree.body.pop().value)
+            linecache.cache[name] = (len(code), None, code.splitlines(True), name)
+            exec(compile(tree, name, "exec"), self.ns)
+            if last is not None:
+                value = eval(compile(last, name, "eval"), self.ns)
+                if value is not None:
+                    print(repr(value), file=out)
+        except BaseException as e:  # noqa: BLE001 - any failure of the cell is data
+            error = short_traceback(e)
+        finally:
+            sys.stdout, sys.stderr, sys.stdin = old
+        return {"output": out.text(), "total_chars": out.total, "error": error}
+
+
+def short_traceback(e: BaseException, limit: int = 2000) -> str:
+    """The traceback of a failing cell: its own frames, the innermost frame, the error."""
+    tb = traceback.TracebackException.from_exception(e, capture_locals=False)
+    frames = [f for f in tb.stack if f.filename.startswith("<cell")]
+    if isinstance(e, SyntaxError) and not frames:  # the cell did not compile: no stack to show
+        return "".join(tb.format_exception_only())
+    if tb.stack and tb.stack[-1] not in frames:
+        frames.append(tb.stack[-1])
+    lines = ["Traceback (most recent call last):\n"]
+    if frames:
+        lines += traceback.StackSummary.from_list(frames).format()
+    lines += list(tb.format_exception_only())
+    text = "".join(lines)
+    if len(text) > limit:
+        text = text[: limit // 2] + "\n...\n" + text[-limit // 2 :]
+    return text
+
+
+def seed_rngs(seed: int) -> None:
+    import random
+
+    random.seed(seed)
+    np = sys.modules.get("numpy")
+    if np is not None:
+        np.random.seed(seed)
+
+
+# ---------------------------------------------------------------------- processes
+def fork_keeping_rng() -> int:
+    """os.fork, but the child keeps `random`'s state (the module reseeds itself at fork)."""
+    rnd = sys.modules.get("random")
+    state = rnd.getstate() if rnd is not None else None
+    pid = os.fork()
+    if pid == 0 and state is not None:
+        rnd.setstate(state)
+    return pid
+
+
+def double_fork() -> bool:
+    """Fork a grandchild that is reparented to init; True in the grandchild."""
+    pid = fork_keeping_rng()
+    if pid == 0:
+        if fork_keeping_rng() == 0:
+            return True
+        os._exit(0)
+    os.waitpid(pid, 0)
+    return False
+
+
+def serve_live(chan: socket.socket, interp: Interpreter) -> None:
+    """The live interpreter's loop: run cells, fork snapshots."""
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    me = os.getpid()
+    send(chan, {"pid": outer_pid()})
+    while True:
+        msg, fds = recv(chan)
+        if msg is None:
+            os._exit(0)
+        op = msg.get("op")
+        if op == "exec":
+            reply = interp.run(msg["code"], int(msg["max_chars"]), float(msg["cpu_s"]))
+            if os.getpid() != me:
+                os._exit(0)  # a process the cell forked came back here: it must not answer
+            send(chan, {**reply, "seq": msg.get("seq")})
+        elif op == "fork" and fds:
+            if double_fork():
+                chan.close()
+                os.setpgid(0, 0)
+                park(socket.socket(fileno=fds[0]), interp, fds[1] if len(fds) > 1 else None)
+            send(chan, {"ok": True, "seq": msg.get("seq")})
+        else:
+            send(chan, {"error": f"unknown request {op!r}"})
+        for fd in fds:
+            os.close(fd)
+
+
+def park(chan: socket.socket, interp: Interpreter, spare_fd: int | None = None) -> None:
+    """A parked snapshot: each `spawn` request forks a new live interpreter from it.
+
+    With `spare_fd`, the first such interpreter is forked at once, so the env finds a
+    ready "spare" waiting when it restores this snapshot.
+    """
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # our dead children are reaped by the kernel
+    send(chan, {"pid": outer_pid()})
+    if spare_fd is not None:
+        spawn(chan, interp, spare_fd, None)
+    while True:
+        msg, fds = recv(chan)
+        if msg is None or msg.get("op") == "exit":
+            os._exit(0)
+        if msg.get("op") == "spawn" and fds:
+            spawn(chan, interp, fds[0], msg.get("seed"))
+            fds = fds[1:]
+        for fd in fds:
+            os.close(fd)
+
+
+def spawn(chan: socket.socket, interp: Interpreter, fd: int, seed: int | None) -> None:
+    """Fork a live interpreter that serves requests on `fd` (the parent closes `fd`)."""
+    if fork_keeping_rng() == 0:
+        chan.close()
+        os.setpgid(0, 0)
+        if seed is not None:
+            seed_rngs(int(seed))
+        serve_live(socket.socket(fileno=fd), interp)
+    os.close(fd)
+
+
+def set_limits(cfg: dict) -> None:
+    mb = 1024 * 1024
+    limits = {
+        resource.RLIMIT_AS: cfg["memory_mb"] * mb,
+        resource.RLIMIT_FSIZE: cfg["file_size_mb"] * mb,
+        resource.RLIMIT_NOFILE: cfg["max_open_files"],
+        resource.RLIMIT_CORE: 0,
+        resource.RLIMIT_CPU: int(cfg["total_cpu_s"]),
+    }
+    if cfg["drop_privileges"]:
+        # RLIMIT_NPROC counts every process of the uid: only set it on the sandbox's own uid
+        # (on a user's uid it would count their desktop too and stop every fork)
+        limits[resource.RLIMIT_NPROC] = cfg["max_processes"]
+    for what, value in limits.items():
+        try:
+            resource.setrlimit(what, (value, value))
+        except (ValueError, OSError) as e:
+            _log("setrlimit failed", what, e)
+
+
+def drop_privileges(uid: int, gid: int) -> None:
+    os.setgroups([])
+    os.setresgid(gid, gid, gid)
+    os.setresuid(uid, uid, uid)
+    if os.getuid() != uid or os.geteuid() != uid:
+        raise SystemExit("privilege drop failed")
+
+
+def install_network_guard() -> None:
+    """Fallback without a network namespace: refuse sockets other than AF_UNIX."""
+
+    def hook(event: str, args: tuple) -> None:
+        if event in ("socket.connect", "socket.bind", "socket.sendto", "socket.getaddrinfo"):
+            sock = args[0] if args else None
+            if event == "socket.getaddrinfo" or getattr(sock, "family", None) != socket.AF_UNIX:
+                raise PermissionError("network access is disabled in this sandbox")
+
+    sys.addaudithook(hook)
+
+
+def zygote(cfg: dict, chan: socket.socket) -> None:
+    os.chdir(cfg["workdir"])
+    os.environ["HOME"] = cfg["workdir"]
+    os.environ["TMPDIR"] = cfg["workdir"]
+    if not cfg["netns"]:
+        install_network_guard()
+    for name in cfg["preload"]:
+        try:
+            __import__(name)
+        except Exception as e:  # noqa: BLE001 - a missing optional preload is fine
+            _log("preload failed", name, e)
+    import gc
+
+    gc.collect()
+    if hasattr(gc, "freeze"):
+        gc.freeze()  # keep preloaded objects out of GC passes, so forks share their pages
+    set_limits(cfg)
+    park(chan, Interpreter())
+
+
+def init(cfg: dict, chan: socket.socket) -> None:
+    """The namespace's init: drop privileges, start the zygote, reap orphans forever."""
+    _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    _libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    devnull = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1) if os.environ.get("TRACE_GYM_SANDBOX_DEBUG") else (0, 1, 2):
+        os.dup2(devnull, fd)
+    if cfg["drop_privileges"]:
+        drop_privileges(cfg["uid"], cfg["gid"])
+    _libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+    # not dumpable (inherited by forks): no sandbox process can ptrace or write /proc/<pid>/mem
+    # of another one, e.g. to poison a parked snapshot
+    _libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+    if os.fork() == 0:
+        zygote(cfg, chan)
+        os._exit(0)
+    chan.close()
+
+    def reap(_signum, _frame) -> None:
+        while True:
+            try:
+                pid, _ = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+
+    signal.signal(signal.SIGCHLD, reap)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    while True:
+        signal.pause()
+        reap(0, None)
+
+
+def _blocked_ancestor(path: str) -> str | None:
+    """The outermost directory above `path` that other users cannot traverse."""
+    parts = os.path.abspath(path).split(os.sep)[1:]
+    cur = ""
+    for part in parts[:-1] if os.path.isfile(path) else parts:
+        cur += os.sep + part
+        try:
+            if not os.stat(cur).st_mode & 0o001:
+                return cur
+        except OSError:
+            return None
+    return None
+
+
+def _python_paths() -> list[str]:
+    """The directories the interpreter imports from (outermost ones only)."""
+    needed = sorted({os.path.realpath(p) for p in (sys.base_prefix, sys.prefix, *sys.path) if p and os.path.isdir(p)})
+    return [p for i, p in enumerate(needed) if not any(p.startswith(q + os.sep) for q in needed[:i])]
+
+
+def expose_python(staging: str) -> list[str]:
+    """Make the Python installation readable by the unprivileged uid.
+
+    When it lives under a directory others cannot enter (``/root`` is 0700 on many CI
+    machines), cover that directory with an empty tmpfs and bind-mount only the needed
+    trees back at their own paths; everything else under it stays hidden.
+    """
+    needed = _python_paths()
+    by_blocker: dict[str, list[str]] = {}
+    for path in needed:
+        blocker = _blocked_ancestor(path)
+        if blocker is not None:
+            by_blocker.setdefault(blocker, []).append(path)
+    exposed = []
+    for blocker, paths in by_blocker.items():
+        staged = []
+        for i, path in enumerate(paths):
+            stage = os.path.join(staging, f"{len(exposed)}-{i}")
+            os.makedirs(stage, exist_ok=True)
+            if _libc.mount(path.encode(), stage.encode(), None, MS_BIND | MS_REC, None) == 0:
+                staged.append((path, stage))
+        if _libc.mount(b"tmpfs", blocker.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, b"size=1m,mode=755") != 0:
+            continue
+        for path, stage in staged:
+            os.makedirs(path, mode=0o755, exist_ok=True)
+            if _libc.mount(stage.encode(), path.encode(), None, MS_BIND | MS_REC, None) == 0:
+                exposed.append(path)
+    return exposed
+
+
+def private_mounts(cfg: dict) -> bool:
+    """In a new mount namespace: fresh tmpfs over the world-writable directories."""
+    if _libc.mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None) != 0:
+        return False
+    opts = f"size={cfg['tmpfs_mb']}m,mode=1777".encode()
+    ok = True
+    for path in ("/tmp", "/var/tmp", "/dev/shm", "/run/lock"):
+        if os.path.isdir(path):
+            if _libc.mount(b"tmpfs", path.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, opts) != 0:
+                ok = ok and path != "/tmp"
+    if ok and cfg["drop_privileges"]:
+        staging = "/tmp/.python"
+        os.makedirs(staging, mode=0o700, exist_ok=True)
+        expose_python(staging)
+    return ok
+
+
+def bootstrap(cfg: dict) -> None:
+    """Enter the namespaces, fork init, and wait for the env to close our stdin."""
+    report: dict = {"netns": False, "pidns": False, "mountns": False}
+    if cfg.get("cgroup"):
+        try:
+            with open(os.path.join(cfg["cgroup"], "cgroup.procs"), "w") as f:
+                f.write(str(os.getpid()))
+        except OSError as e:
+            _log("cgroup join failed", e)
+    if cfg["namespaces"]:
+        report["netns"] = _libc.unshare(CLONE_NEWNET) == 0
+        if _libc.unshare(CLONE_NEWNS) == 0:
+            report["mountns"] = private_mounts(cfg)
+        report["pidns"] = _libc.unshare(CLONE_NEWPID) == 0
+    if cfg["drop_privileges"] and not report["mountns"] and any(_blocked_ancestor(p) for p in _python_paths()):
+        # the unprivileged uid could not even import the standard library: keep the uid
+        # (namespaces and limits still apply) and say so in the isolation report
+        cfg = {**cfg, "drop_privileges": False}
+    report["uid_dropped"] = cfg["drop_privileges"]
+    workdir = cfg["workdir"]
+    if report["mountns"]:
+        workdir = "/tmp/work"
+    os.makedirs(workdir, mode=0o700, exist_ok=True)
+    if cfg["drop_privileges"]:
+        os.chown(workdir, cfg["uid"], cfg["gid"])
+    cfg = {**cfg, "workdir": workdir, "netns": report["netns"]}
+    chan = socket.socket(fileno=cfg["fd"])
+    pid = os.fork()
+    if pid == 0:
+        init(cfg, chan)
+        os._exit(0)
+    send(chan, {"isolation": report, "init_pid": pid})
+    chan.close()
+    try:
+        while sys.stdin.buffer.read(1):
+            pass
+    finally:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+
+
+def main() -> None:
+    cfg = json.loads(sys.argv[1])
+    if sys.path and os.path.abspath(sys.path[0]) == os.path.dirname(os.path.abspath(__file__)):
+        sys.path.pop(0)  # cells must not import the env's own modules by accident
+    persona = _libc.personality(0xFFFFFFFF)
+    if cfg.get("no_aslr") and persona >= 0 and not persona & ADDR_NO_RANDOMIZE:
+        # fixed addresses make reprs like <function f at 0x...> reproducible across envs
+        if _libc.personality(persona | ADDR_NO_RANDOMIZE) >= 0:
+            os.execv(sys.executable, [sys.executable, "-s", os.path.abspath(__file__), sys.argv[1]])
+    bootstrap(cfg)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,79 @@
+"""The sandbox itself: isolation as reported, limits in force, clean shutdown, bench smoke."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from trace_gym.envs.math.sandbox import Sandbox, SandboxConfig
+
+ROOT = os.geteuid() == 0
+
+
+@pytest.fixture(scope="module")
+def sandbox():
+    sb = Sandbox(SandboxConfig(cell_timeout_s=3.0, max_snapshots=4))
+    sb.start()
+    yield sb
+    sb.close()
+
+
+def test_isolation_when_started_as_root(sandbox):
+    if not ROOT:
+        pytest.skip("privilege drop and namespaces are only attempted when started as root")
+    iso = sandbox.isolation
+    assert iso["uid"] is not None and iso["uid"] != 0
+    out = sandbox.run(
+        "import os, resource\n"
+        "st = open('/proc/self/status').read()\n"
+        "print(os.getuid(), os.geteuid(), 'NoNewPrivs:\\t1' in st)\n"
+        "print(resource.getrlimit(resource.RLIMIT_NPROC)[1], resource.getrlimit(resource.RLIMIT_AS)[1] >> 20)\n"
+        "print(os.getcwd(), os.listdir('.'))"
+    ).output.split("\n")
+    assert out[0] == f"{iso['uid']} {iso['uid']} True"
+    nproc, as_mb = map(int, out[1].split())
+    assert nproc < 200 and as_mb == sandbox.config.memory_mb
+    if iso["pidns"]:  # pids inside the namespace are small and the env's own pid is invisible
+        assert int(sandbox.run("import os\nos.getpid()").output) < 100
+        assert "ProcessLookupError" in (sandbox.run(f"import os\nos.kill({os.getpid()}, 0)").error or "")
+    if iso["netns"]:
+        assert "unreachable" in (sandbox.run("import socket\nsocket.create_connection(('8.8.8.8', 53), 1)").error or "")
+    if iso["cgroup"]:
+        limit = Path(sandbox._cgroup, "pids.max").read_text().strip()  # noqa: SLF001
+        assert int(limit) == sandbox.process_limit
+
+
+def test_cell_output_value_and_error(sandbox):
+    sandbox.fresh()
+    r = sandbox.run("a = 2\nprint('hi')\na * 21")
+    assert (r.status, r.output) == ("ok", "hi\n42\n")
+    r = sandbox.run("undefined_name")
+    assert r.status == "error" and "NameError" in r.error and "<cell" in r.error
+
+
+def test_close_leaves_nothing_behind():
+    sb = Sandbox(SandboxConfig(cell_timeout_s=3.0))
+    sb.start()
+    sb.run("import subprocess\nsubprocess.Popen(['sleep', '300'], start_new_session=True)")
+    sb.snapshot()
+    pids = sb.pids()
+    assert len(pids) >= 4  # bootstrap, init, zygote, live, snapshot, sleep
+    sb.close()
+    alive = [p for p in pids if Path(f"/proc/{p}").exists() and Path(f"/proc/{p}/stat").read_text().split()[2] != "Z"]
+    assert alive == []
+
+
+def test_bench_cli_smoke(tmp_path):
+    out = tmp_path / "bench.json"
+    subprocess.run(
+        [sys.executable, "-m", "trace_gym.cli", "bench", "math-env", "--seconds", "0.2", "--repeats", "2", "--json", str(out)],
+        check=True, timeout=240, capture_output=True,
+    )
+    res = json.loads(out.read_text())
+    for key in ("cells_per_s", "restore_fork_ms", "restore_replay_ms", "snapshot_rss_mb"):
+        assert res[key] > 0, key
+    assert res["restored_output"] == "[1, 2, 3] 2002 55"

@@ -1,0 +1,77 @@
+"""Answer checking: equivalent forms accepted, wrong ones rejected, adversarial ones time out."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from trace_gym.envs.math.verify import VerifierPool, canonical_equal, normalize, verify_answer
+
+EQUIVALENT = [
+    ("0.5", "\\frac{1}{2}"),
+    ("1/2", "\\dfrac{1}{2}"),
+    ("\\frac{3}{4}", "0.75"),
+    ("[1, 2)", "[1,2)"),
+    ("(-\\infty, 3]", "(-\\infty,3]"),
+    ("x^2+2x+1", "(x+1)^2"),
+    ("2\\sqrt{2}", "\\sqrt{8}"),
+    ("\\frac{\\sqrt{3}}{2}", "\\frac{1}{2}\\sqrt{3}"),
+    ("10\\text{ inches}", "10"),
+    ("1,000", "1000"),
+    ("x = 5", "5"),
+    ("\\pi/2", "\\frac{\\pi}{2}"),
+    ("3, 1, 2", "1, 2, 3"),
+    ("9 e^{3}", "9e^3"),
+    ("50\\%", "50"),
+    ("21\\text{ dogs}", "21"),
+]
+WRONG = [
+    ("3", "4"), ("(1,2]", "[1,2)"), ("\\frac{1}{3}", "0.33"), ("x^2", "2x"), ("\\sqrt{2}", "2"), ("1, 2", "1, 2, 3"),
+    # found by the MATH-train cross-pair report: a reversed "interval" and an overflowing power
+    ("(1,-2)", "(2,-3)"), ("11", "2^{4950}"),
+]
+
+
+@pytest.fixture(scope="module")
+def pool():
+    p = VerifierPool(timeout_s=6.0, inner_timeout_s=2)
+    yield p
+    p.close()
+
+
+@pytest.mark.parametrize("pred,ref", EQUIVALENT)
+def test_equivalent_forms_accepted(pool, pred, ref):
+    verdict = verify_answer(pred, ref, pool)
+    assert verdict.correct, verdict
+
+
+@pytest.mark.parametrize("pred,ref", WRONG)
+def test_wrong_answers_rejected(pool, pred, ref):
+    verdict = verify_answer(pred, ref, pool)
+    assert not verdict.correct, verdict
+    assert not canonical_equal(pred, ref)
+
+
+@pytest.mark.parametrize("pred,ref", [p for p in EQUIVALENT if "inches" not in p[0] and "%" not in p[0]])
+def test_canonicaliser_alone_accepts_equivalents(pred, ref):
+    assert canonical_equal(pred, ref)
+
+
+def test_adversarial_answer_times_out_cleanly():
+    pool = VerifierPool(timeout_s=2.0, inner_timeout_s=1)
+    try:
+        t0 = time.monotonic()
+        verdict = verify_answer("9^{9^{9^{9^{9}}}}", "1", pool)
+        assert not verdict.correct
+        assert time.monotonic() - t0 < 30  # bounded (the worker is killed), not a timing claim
+        assert verdict.timed_out or verdict.math_verify is False
+        # the pool recovers: a new worker answers the next question
+        assert verify_answer("2/4", "\\frac{1}{2}", pool).correct
+    finally:
+        pool.close()
+
+
+def test_normalize():
+    assert normalize("$\\boxed{\\dfrac{1}{2}}$") == "\\frac{1}{2}"
+    assert normalize("5\\text{ cm}") == "5"
+    assert normalize("90^\\circ") == "90"
