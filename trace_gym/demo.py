@@ -53,9 +53,42 @@ def episodes(args: argparse.Namespace) -> None:
         env.close()
 
 
+def allocation(args: argparse.Namespace) -> None:
+    """A short allocation benchmark on the simulator: every policy at equal accounted cost."""
+    from trace_gym.bench.alloc import BenchConfig, format_goals, run_bench
+    from trace_gym.bench.report import format_quality, format_table
+
+    cfg = BenchConfig(preset="math", steps=6, roots=128, replays=2.0, seeds=1)
+    result = run_bench(cfg)
+    s = result.summary
+    print(
+        format_table(
+            s,
+            f"trace/Sim-v0 math preset, {cfg.steps} steps, M={cfg.roots} roots + N={cfg.replays:g} "
+            f"replays per root ({cfg.accounted_budget:.0f} trajectory-equivalents per step; flat "
+            f"policies get {cfg.flat_roots} roots), {cfg.candidates_per_step} candidates per step",
+        )
+    )
+    print(format_quality(s, ["trace"]))
+    print("goals (reported, not asserted):\n" + format_goals(s["goals"]))
+    print("full run: trace-gym bench alloc --preset math|hotpotqa|bfcl --steps 10 --roots 256 --out DIR")
+
+
+def training(args: argparse.Namespace) -> None:
+    """A short CPU training run: the tiny model under TRACE + TreeRPO on the simulator."""
+    try:
+        from trace_gym.trainers.demo import training_demo
+
+        training_demo(steps=8, seed=args.seed)
+    except ImportError as e:  # torch/transformers missing: the rest of the demo goes on
+        print(f"  skipped: {e} (install the train extra: pip install 'trace-gym[train]')")
+
+
 #: (name, function) in the order they run
 SECTIONS: list[tuple[str, Callable[[argparse.Namespace], None]]] = [
     ("episodes", episodes),
+    ("allocation", allocation),
+    ("training", training),
 ]
 
 

@@ -1,0 +1,370 @@
+"""Per-step records, summaries with confidence intervals, tables, CSV/JSON and plots.
+
+A benchmark run produces one `StepRecord` per (policy, seed, step). `summarize` turns
+them into one row per policy: each metric averaged over steps within a seed, then
+over seeds, with a 95% confidence interval over seeds (over steps when there is only
+one seed, which understates run-to-run spread; it says which in ``ci_over``).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+__all__ = ["StepRecord", "mean_ci", "spearman", "summarize", "format_table", "write_outputs"]
+
+#: summary columns, in table order: (key, header, format)
+COLUMNS: tuple[tuple[str, str, str], ...] = (
+    ("effective_ratio", "eff", "{:.1%}"),
+    ("mixed_groups", "mixed", "{:.1f}"),
+    ("contrastive_pairs", "pairs", "{:.0f}"),
+    ("pairs_per_cost", "pairs/TE", "{:.2f}"),
+    ("pairs_per_kturn", "pairs/kturn", "{:.0f}"),
+    ("mixed_per_kturn", "mixed/kturn", "{:.2f}"),
+    ("distinct_prompts", "prompts", "{:.1f}"),
+    ("cost", "TE", "{:.0f}"),
+    ("measured_turns", "turns", "{:.0f}"),
+    ("skipped_share", "skipped", "{:.0%}"),
+    ("rollouts_per_prompt", "m/prompt", "{:.1f}"),
+    ("predictor_share", "pred.time", "{:.1%}"),
+    ("oracle_gap", "vs.oracle", "{:.0%}"),
+)
+
+# two-sided 95% Student t quantiles by degrees of freedom (df > 30: normal)
+_T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262,
+        10: 2.228, 12: 2.179, 15: 2.131, 20: 2.086, 25: 2.060, 30: 2.042}  # fmt: skip
+
+
+@dataclass
+class StepRecord:
+    """What one policy did in one step of one seed."""
+
+    policy: str
+    seed: int
+    step: int
+    effective_ratio: float
+    mixed_groups: int
+    mixed_anchors: int
+    contrastive_pairs: int
+    cost: float
+    measured_turns: int
+    tokens: int
+    distinct_prompts: int
+    candidates: int
+    roots: int
+    replays: int
+    replays_unspent: int
+    failed_branches: int
+    wall_s: float
+    time_s: dict[str, float]
+    replays_by_depth: dict[int, int]
+    #: (depth, predicted value, bottom-up target, exact value or nan) of every scored node
+    scored: list[tuple[int, float, float, float]] = field(default_factory=list, repr=False)
+    #: ids of the prompts trained on
+    prompt_ids: list[str] = field(default_factory=list, repr=False)
+
+    @property
+    def metrics(self) -> dict[str, float]:
+        turns = max(1, self.measured_turns)
+        return {
+            "effective_ratio": self.effective_ratio,
+            "mixed_groups": self.mixed_groups,
+            "mixed_anchors": self.mixed_anchors,
+            "contrastive_pairs": self.contrastive_pairs,
+            "pairs_per_cost": self.contrastive_pairs / self.cost if self.cost else math.nan,
+            "pairs_per_kturn": 1000.0 * self.contrastive_pairs / turns,
+            "mixed_per_kturn": 1000.0 * self.mixed_groups / turns,
+            "distinct_prompts": self.distinct_prompts,
+            "cost": self.cost,
+            "measured_turns": self.measured_turns,
+            "tokens": self.tokens,
+            "skipped_share": 1.0 - self.distinct_prompts / self.candidates
+            if self.candidates
+            else math.nan,
+            "rollouts_per_prompt": self.roots / self.distinct_prompts
+            if self.distinct_prompts
+            else math.nan,
+            "replays": self.replays,
+            "replays_unspent": self.replays_unspent,
+            "failed_branches": self.failed_branches,
+            "predictor_share": self.time_s.get("predictor", 0.0) / self.wall_s
+            if self.wall_s
+            else 0.0,
+            "wall_s": self.wall_s,
+        }
+
+
+def spearman(a: Sequence[float], b: Sequence[float]) -> float:
+    """Spearman rank correlation with average ranks for ties (nan when undefined)."""
+    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    if a.size < 3:
+        return math.nan
+    ra, rb = _ranks(a), _ranks(b)
+    if ra.std() == 0 or rb.std() == 0:
+        return math.nan
+    return float(np.corrcoef(ra, rb)[0, 1])
+
+
+def _ranks(x: np.ndarray) -> np.ndarray:
+    order = np.argsort(x, kind="stable")
+    ranks = np.empty(x.size)
+    ranks[order] = np.arange(x.size, dtype=float)
+    _, inv, counts = np.unique(x, return_inverse=True, return_counts=True)
+    sums = np.bincount(inv, weights=ranks)
+    return (sums / counts)[inv]
+
+
+def mean_ci(values: Sequence[float]) -> tuple[float, float]:
+    """Mean and the half-width of its 95% confidence interval (Student t; 0 for one value)."""
+    v = np.asarray([x for x in values if not math.isnan(x)], dtype=float)
+    if v.size == 0:
+        return math.nan, math.nan
+    if v.size == 1:
+        return float(v[0]), 0.0
+    df = v.size - 1
+    t = _T95.get(df) or (1.96 if df > 30 else _T95[max(k for k in _T95 if k <= df)])
+    return float(v.mean()), float(t * v.std(ddof=1) / math.sqrt(v.size))
+
+
+def predictor_quality(records: Sequence[StepRecord]) -> dict[int, dict[str, float]]:
+    """Spearman of the online predictions (made before the update) by depth.
+
+    Against the bottom-up targets and, where the env has them, the exact values.
+    """
+    by_depth: dict[int, list[tuple[float, float, float]]] = defaultdict(list)
+    for r in records:
+        for depth, v, target, tv in r.scored:
+            by_depth[depth].append((v, target, tv))
+    out = {}
+    for depth, rows in sorted(by_depth.items()):
+        arr = np.asarray(rows, dtype=float)
+        has_tv = ~np.isnan(arr[:, 2])
+        out[depth] = {
+            "n": int(arr.shape[0]),
+            "spearman": spearman(arr[:, 0], arr[:, 1]),
+            "mse": float(np.mean((arr[:, 0] - arr[:, 1]) ** 2)),
+            "spearman_true": spearman(arr[has_tv, 0], arr[has_tv, 2])
+            if has_tv.sum() >= 3
+            else math.nan,
+        }
+    return out
+
+
+def summarize(records: Sequence[StepRecord], *, oracle: str = "oracle") -> dict[str, Any]:
+    """One summary per policy (mean, ci, per-step series, depth profile, predictor quality)."""
+    by_policy: dict[str, list[StepRecord]] = defaultdict(list)
+    for r in records:
+        by_policy[r.policy].append(r)
+    policies: dict[str, Any] = {}
+    for name, recs in by_policy.items():
+        seeds = sorted({r.seed for r in recs})
+        keys = list(recs[0].metrics)
+        per_seed = {
+            k: [float(np.nanmean([r.metrics[k] for r in recs if r.seed == s])) for s in seeds]
+            for k in keys
+        }
+        over = "seeds" if len(seeds) > 1 else "steps"
+        row: dict[str, Any] = {
+            "ci_over": over,
+            "seeds": len(seeds),
+            "steps": len(recs) // len(seeds),
+        }
+        for k in keys:
+            vals = per_seed[k] if over == "seeds" else [r.metrics[k] for r in recs]
+            mean, half = mean_ci(vals)
+            row[k] = float(np.mean(per_seed[k]))
+            row[k + "_ci"] = half if not math.isnan(mean) else math.nan
+        steps = sorted({r.step for r in recs})
+        row["effective_ratio_by_step"] = [
+            float(np.mean([r.effective_ratio for r in recs if r.step == s])) for s in steps
+        ]
+        depth: dict[int, int] = defaultdict(int)
+        for r in recs:
+            for d, c in r.replays_by_depth.items():
+                depth[int(d)] += c
+        row["replays_by_depth"] = {str(d): c for d, c in sorted(depth.items())}
+        row["predictor_quality"] = {str(d): q for d, q in predictor_quality(recs).items()}
+        # distinct prompts over the whole run (per seed)
+        row["distinct_prompts_total"] = len(
+            {(r.seed, p) for r in recs for p in r.prompt_ids}
+        ) / len(seeds)
+        policies[name] = row
+    out: dict[str, Any] = {"policies": policies}
+    if oracle in policies:
+        o = policies[oracle]
+        out["oracle_effective_ratio"] = o["effective_ratio"]
+        out["oracle_mixed_groups"] = o["mixed_groups"]
+        for row in policies.values():
+            row["oracle_gap"] = (
+                row["effective_ratio"] / o["effective_ratio"] if o["effective_ratio"] else math.nan
+            )
+            row["oracle_gap_mixed"] = (
+                row["mixed_groups"] / o["mixed_groups"] if o["mixed_groups"] else math.nan
+            )
+    else:
+        out["oracle_effective_ratio"] = None
+        for row in policies.values():
+            row["oracle_gap"] = row["oracle_gap_mixed"] = math.nan
+    return out
+
+
+def format_table(summary: dict[str, Any], title: str = "") -> str:
+    """A fixed-width table, one row per policy (value +/- 95% CI for the effective ratio)."""
+    head = ["policy"] + [h for _, h, _ in COLUMNS]
+    rows = []
+    for name, row in summary["policies"].items():
+        cells = [name]
+        for key, _, fmt in COLUMNS:
+            v = row.get(key, math.nan)
+            cell = "-" if v is None or (isinstance(v, float) and math.isnan(v)) else fmt.format(v)
+            if key == "effective_ratio" and row.get("effective_ratio_ci"):
+                cell += f"±{row['effective_ratio_ci'] * 100:.1f}"
+            cells.append(cell)
+        rows.append(cells)
+    widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
+    lines = [title] if title else []
+    lines.append(
+        "  ".join(
+            h.rjust(w) if i else h.ljust(w)
+            for i, (h, w) in enumerate(zip(head, widths, strict=False))
+        )
+    )
+    lines.append("  ".join("-" * w for w in widths))
+    for r in rows:
+        lines.append(
+            "  ".join(
+                c.rjust(w) if i else c.ljust(w)
+                for i, (c, w) in enumerate(zip(r, widths, strict=False))
+            )
+        )
+    return "\n".join(lines)
+
+
+def format_quality(summary: dict[str, Any], policies: Sequence[str] = ("trace",)) -> str:
+    """Predictor Spearman by depth (online predictions vs bottom-up targets / exact values)."""
+    lines = []
+    for name in policies:
+        row = summary["policies"].get(name)
+        if not row:
+            continue
+        parts = []
+        quality = row["predictor_quality"]
+        if len(quality) > 8:  # long horizons: the first depths, then every fifth
+            quality = {d: q for d, q in quality.items() if int(d) < 4 or int(d) % 5 == 0}
+        for d, q in quality.items():
+            s = "nan" if math.isnan(q["spearman"]) else f"{q['spearman']:.2f}"
+            st = "" if math.isnan(q["spearman_true"]) else f"/{q['spearman_true']:.2f}"
+            parts.append(f"d{d}:{s}{st}(n={q['n']})")
+        lines.append(f"  {name}: " + " ".join(parts))
+    return (
+        "predictor Spearman by depth (vs targets / vs exact values):\n" + "\n".join(lines)
+        if lines
+        else ""
+    )
+
+
+def _json_default(o: Any) -> Any:
+    if isinstance(o, (np.integer,)):
+        return int(o)
+    if isinstance(o, (np.floating,)):
+        return float(o)
+    raise TypeError(f"not JSON serialisable: {type(o).__name__}")
+
+
+def write_outputs(
+    summary: dict[str, Any],
+    records: Sequence[StepRecord],
+    *,
+    json_path: Path | None,
+    out_dir: Path | None,
+) -> list[Path]:
+    """JSON summary, CSVs (summary + per step) and PNG plots; returns the files written."""
+    written = []
+    if json_path is not None:
+        json_path.parent.mkdir(parents=True, exist_ok=True)
+        json_path.write_text(json.dumps(summary, indent=2, default=_json_default))
+        written.append(json_path)
+    if out_dir is None:
+        return written
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / "summary.json"
+    path.write_text(json.dumps(summary, indent=2, default=_json_default))
+    written.append(path)
+    scalar = [
+        k
+        for k, v in next(iter(summary["policies"].values())).items()
+        if isinstance(v, (int, float, str))
+    ]
+    path = out_dir / "summary.csv"
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["policy", *scalar])
+        for name, row in summary["policies"].items():
+            w.writerow([name, *[row.get(k) for k in scalar]])
+    written.append(path)
+    path = out_dir / "steps.csv"
+    with open(path, "w", newline="") as f:
+        keys = list(records[0].metrics) if records else []
+        w = csv.writer(f)
+        w.writerow(["policy", "seed", "step", *keys])
+        for r in records:
+            m = r.metrics
+            w.writerow([r.policy, r.seed, r.step, *[m[k] for k in keys]])
+    written.append(path)
+    written += _plots(summary, out_dir)
+    return written
+
+
+def _plots(summary: dict[str, Any], out_dir: Path) -> list[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    files = []
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for name, row in summary["policies"].items():
+        ys = row["effective_ratio_by_step"]
+        ax.plot(range(len(ys)), ys, marker="o", ms=3, label=name)
+    ax.set_xlabel("step")
+    ax.set_ylabel("effective ratio")
+    ax.set_title("effective ratio per step (equal accounted cost)")
+    ax.legend(fontsize=7, ncol=2)
+    fig.tight_layout()
+    files.append(out_dir / "effective_ratio.png")
+    fig.savefig(files[-1], dpi=120)
+    plt.close(fig)
+
+    branching = {
+        n: r["replays_by_depth"] for n, r in summary["policies"].items() if r["replays_by_depth"]
+    }
+    if branching:
+        fig, ax = plt.subplots(figsize=(7, 4))
+        width = 0.8 / len(branching)
+        for i, (name, depth) in enumerate(branching.items()):
+            ds = np.array([int(d) for d in depth])
+            counts = np.array(list(depth.values()), dtype=float)
+            ax.bar(ds + i * width - 0.4 + width / 2, counts / counts.sum(), width=width, label=name)
+        ax.set_xlabel("prefix depth (turns completed)")
+        ax.set_ylabel("share of replays")
+        ax.set_title("where the replay budget lands")
+        ax.legend(fontsize=7)
+        fig.tight_layout()
+        files.append(out_dir / "replays_by_depth.png")
+        fig.savefig(files[-1], dpi=120)
+        plt.close(fig)
+    return files
+
+
+def records_to_dicts(records: Sequence[StepRecord]) -> list[dict[str, Any]]:
+    return [
+        {k: v for k, v in asdict(r).items() if k not in ("scored", "prompt_ids")} for r in records
+    ]

@@ -1,0 +1,138 @@
+"""What one runner step spent: accounted budget, measured work, wall time, events.
+
+The paper compares methods at equal *accounted* cost: a root rollout costs 1
+trajectory-equivalent, a replay from a prefix costs ``replay_cost`` (0.5), so M roots
+with N replays each cost M (1 + N/2). That flat half is an average, so a `StepReport`
+also carries the *measured* work (turns and tokens actually generated) and the wall
+time split by who spent it (policy / env / predictor / allocator / bookkeeping).
+
+`Event`s form a logical clock: ``round`` counts policy calls, so a test (or a reader)
+can see that one prompt's expansion started while other prompts were still rolling out.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from typing import Any, NamedTuple
+
+__all__ = ["EVENT_KINDS", "Event", "StepReport", "Stopwatch", "TIME_BUCKETS"]
+
+#: where wall time goes; "bookkeeping" is the rest of the step
+TIME_BUCKETS = ("policy", "env", "predictor", "allocator", "bookkeeping")
+
+#: roots_started: the prompt's first root rollout entered the batch;
+#: roots_done: its last root rollout finished (its prefixes are scored right away);
+#: expand: its replays were queued (continuation budget allocated);
+#: closed: its tree is complete (replays done, checkpoints released)
+EVENT_KINDS = ("roots_started", "roots_done", "expand", "closed")
+
+
+class Event(NamedTuple):
+    """One scheduling event; `round` is the number of policy calls made so far."""
+
+    round: int
+    kind: str
+    prompt_id: str
+
+
+class Stopwatch:
+    """Accumulates wall time per bucket; ``with sw("env"): ...``."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = dict.fromkeys(TIME_BUCKETS, 0.0)
+        self._start = time.perf_counter()
+
+    @contextmanager
+    def __call__(self, bucket: str) -> Iterator[None]:
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[bucket] += time.perf_counter() - t0
+
+    def finish(self) -> tuple[float, dict[str, float]]:
+        """Total wall time and the split, with bookkeeping = total - the named buckets."""
+        total = time.perf_counter() - self._start
+        named = sum(v for k, v in self.seconds.items() if k != "bookkeeping")
+        split = dict(self.seconds)
+        split["bookkeeping"] = max(0.0, total - named)
+        return total, split
+
+
+@dataclass
+class StepReport:
+    """Budget, measured work, failures, timing and events of one `BranchingRunner` step."""
+
+    step: int
+    #: candidate prompts scored
+    candidates: int = 0
+    #: prompts that got at least one root rollout (one tree each)
+    selected: int = 0
+    #: root rollouts run (sum of the root allocation)
+    roots: int = 0
+    #: continuation budget in replays: round(N * M), split over prompts by root count
+    replay_budget: int = 0
+    #: replays run
+    replays: int = 0
+    #: budget that could not be placed (a prompt with no replayable prefix)
+    replays_unspent: int = 0
+    #: cost of one replay in trajectory-equivalents
+    replay_cost: float = 0.5
+    #: roots * 1 + replays * replay_cost
+    accounted_cost: float = 0.0
+    #: assistant turns generated (every policy output, failures included)
+    measured_turns: int = 0
+    #: env steps that ran
+    env_steps: int = 0
+    #: generated token ids (0 for text-only policies)
+    generated_tokens: int = 0
+    #: context tokens the policy reported appending (templated prompt + observations)
+    context_tokens: int = 0
+    #: branches that ended in an error, by where it happened
+    failed_branches: int = 0
+    policy_errors: int = 0
+    env_errors: int = 0
+    overflows: int = 0
+    #: conversations re-sent after a policy call raised (config.policy_retries)
+    retried_turns: int = 0
+    policy_calls: int = 0
+    largest_batch: int = 0
+    env_instances: int = 0
+    #: replays run per prefix depth (turns completed at the prefix)
+    replays_by_depth: dict[int, int] = field(default_factory=dict)
+    wall_s: float = 0.0
+    time_s: dict[str, float] = field(default_factory=lambda: dict.fromkeys(TIME_BUCKETS, 0.0))
+    predictor_update: dict[str, float] = field(default_factory=dict)
+    events: list[Event] = field(default_factory=list)
+
+    @property
+    def time_share(self) -> dict[str, float]:
+        """Each bucket's share of the step's wall time."""
+        return {k: (v / self.wall_s if self.wall_s > 0 else 0.0) for k, v in self.time_s.items()}
+
+    def count_replay(self, depth: int) -> None:
+        self.replays += 1
+        self.replays_by_depth[depth] = self.replays_by_depth.get(depth, 0) + 1
+
+    def event_rounds(self, kind: str) -> dict[str, int]:
+        """prompt id -> round of its `kind` event."""
+        return {e.prompt_id: e.round for e in self.events if e.kind == kind}
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["events"] = [list(e) for e in self.events]
+        d["replays_by_depth"] = {str(k): v for k, v in sorted(self.replays_by_depth.items())}
+        d["time_share"] = self.time_share
+        return d
+
+
+def merge_depth_counts(reports: list[StepReport]) -> dict[int, int]:
+    """Replays by prefix depth, summed over steps."""
+    total: Counter[int] = Counter()
+    for r in reports:
+        total.update(r.replays_by_depth)
+    return dict(sorted(total.items()))

@@ -1,0 +1,506 @@
+"""Stages 3-4 of a runner step: batched rollouts, per-prompt expansion, tree building.
+
+`StepScheduler` runs one step's episodes in rounds. Each round admits queued episodes
+(replays of already-expanded prompts first, then roots, in a fixed order) up to
+``max_batch`` live ones, makes *one* ``policy.generate`` call over every live episode
+and steps each env once. When the last root of a prompt finishes, that prompt is
+expanded on the spot (prefixes scored, replays allocated and queued); when its last
+replay finishes, its tree closes and its checkpoints are released. No prompt waits
+for another.
+
+Episodes buffer their turns and are inserted into their tree in a fixed order (roots
+by index, replays by prefix then index), so node ids - and with them every branch
+seed - do not depend on how the work was batched.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import gymnasium as gym
+import numpy as np
+
+from trace_gym.alloc.base import Candidate
+from trace_gym.alloc.candidates import prefix_candidates
+from trace_gym.budget import Event, StepReport, Stopwatch
+from trace_gym.core import Checkpoint, unwrap
+from trace_gym.errors import ConfigError
+from trace_gym.policy import Conversation, PolicyOutput
+from trace_gym.predict.base import State
+from trace_gym.tree import RolloutTree, Turn
+
+if TYPE_CHECKING:
+    from trace_gym.runner import BranchingRunner
+
+__all__ = [
+    "EnvPool",
+    "Episode",
+    "PromptWork",
+    "StepScheduler",
+    "branch_seed",
+    "set_step",
+    "stable_seed",
+]
+
+log = logging.getLogger(__name__)
+
+
+def stable_seed(*parts: Any) -> int:
+    """A 63-bit seed from any printable parts; stable across processes and Python runs."""
+    key = "\x1f".join(repr(p) for p in parts).encode()
+    return int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "little") >> 1
+
+
+def branch_seed(
+    step: int, prompt_id: str, node_id: int, child_index: int, *, turn: int = 0, base: int = 0
+) -> int:
+    """The seed of the branch grown from `node_id` as its `child_index`-th child.
+
+    `turn` tells the turns of one branch apart (0 seeds the env, k >= 1 the k-th policy
+    call of the branch); `base` is the run's seed (``RunnerConfig.seed``).
+    """
+    return stable_seed(
+        "branch", int(base), int(step), str(prompt_id), int(node_id), int(child_index), int(turn)
+    )
+
+
+@dataclass
+class Episode:
+    """One branch in flight: a root rollout or a replay from a prefix."""
+
+    work: PromptWork
+    kind: str  # "rollout" | "replay"
+    anchor: int  # 0 for roots, the prefix node id for replays
+    child: int  # child index under the anchor
+    prompt: str
+    reset_info: dict[str, Any]
+    env_seed: int
+    prefix_turns: tuple[Turn, ...] = ()
+    turns: list[Turn] = field(default_factory=list)
+    seeds: list[int] = field(default_factory=list)
+    true_values: list[float | None] = field(default_factory=list)
+    #: (checkpoint, env instance that took it) after each turn of a root rollout
+    checkpoints: list[tuple[Checkpoint, gym.Env] | None] = field(default_factory=list)
+    env: gym.Env | None = None
+    done: bool = False
+    reward: float = 0.0
+    terminated: bool = False
+    truncated: bool = False
+    error: str | None = None
+    overflow: bool = False
+
+    @property
+    def sort_key(self) -> tuple[int, int, int, int]:
+        # replays before roots (a started tree finishes first), then prompt order
+        return (0 if self.kind == "replay" else 1, self.work.order, self.anchor, self.child)
+
+
+@dataclass
+class PromptWork:
+    """Bookkeeping of one selected prompt while its tree is open."""
+
+    order: int
+    candidate: Candidate
+    tree: RolloutTree
+    roots: list[Episode] = field(default_factory=list)
+    replays: list[Episode] = field(default_factory=list)
+    replay_budget: int = 0
+    #: node id -> (checkpoint, env instance that took it)
+    checkpoints: dict[int, tuple[Checkpoint, gym.Env]] = field(default_factory=dict)
+    phase: str = "roots"  # roots -> replays -> closed
+    started: bool = False
+
+
+class EnvPool:
+    """Env instances from `env_factory`; any free instance serves any restore."""
+
+    def __init__(self, factory: Callable[[], gym.Env]):
+        self.factory = factory
+        self.free: list[gym.Env] = []
+        self.made = 0
+        self.step: int | None = None
+
+    def acquire(self) -> gym.Env:
+        if self.free:
+            return self.free.pop()
+        self.made += 1
+        env = self.factory()
+        if self.step is not None:
+            set_step(env, self.step)
+        return env
+
+    def give_back(self, env: gym.Env) -> None:
+        self.free.append(env)
+
+    def close(self) -> None:
+        for env in self.free:
+            env.close()
+        self.free.clear()
+
+
+def set_step(obj: Any, step: int) -> None:
+    """Call ``set_step(step)`` on `obj` (or the env under its wrappers) when it has one."""
+    target = obj.unwrapped if isinstance(obj, gym.Env) else obj
+    fn = getattr(target, "set_step", None)
+    if callable(fn):
+        fn(step)
+
+
+def _exc(where: str, e: BaseException) -> str:
+    return f"{where}: {type(e).__name__}: {e}"
+
+
+class StepScheduler:
+    """Runs the episodes of one step for a `BranchingRunner` (see the module docstring)."""
+
+    def __init__(
+        self, runner: BranchingRunner, step: int, report: StepReport, stopwatch: Stopwatch
+    ):
+        self.runner = runner
+        self.config = runner.config
+        self.policy = runner.policy
+        self.allocator = runner.allocator
+        self.pool = runner.pool
+        self._step, self._report, self._sw = step, report, stopwatch
+        self._round = 0
+        self._true_value_known = runner.has_true_value
+
+    def run(self, works: list[PromptWork]) -> None:
+        """Run rounds until every tree is closed."""
+        cap = self.config.max_batch
+        pending: list[Episode] = [e for w in works for e in w.roots]
+        live: list[Episode] = []
+        while pending or live:
+            pending.sort(key=lambda e: e.sort_key)
+            room = len(pending) if cap is None else max(0, cap - len(live))
+            admitted, pending[:room] = pending[:room], []
+            for ep in admitted:
+                self._start(ep)
+                if ep.done:  # reset/restore failed: the branch ends before its first turn
+                    self._after_episode(ep, pending)
+                else:
+                    live.append(ep)
+            if not live:
+                continue
+            live.sort(key=lambda e: e.sort_key)
+            self._play_round(live)
+            finished = [e for e in live if e.done]
+            live = [e for e in live if not e.done]
+            for ep in finished:
+                self._after_episode(ep, pending)
+
+    def _start(self, ep: Episode) -> None:
+        """Give `ep` an env: reset for a root, restore the prefix checkpoint for a replay."""
+        w, sw = ep.work, self._sw
+        if not w.started:
+            w.started = True
+            self._event("roots_started", w)
+        ep.env = self.pool.acquire()
+        base = unwrap(ep.env)
+        try:
+            with sw("env"):
+                if ep.kind == "rollout":
+                    ep.prompt, ep.reset_info = ep.env.reset(
+                        seed=ep.env_seed, options={"task": w.candidate.id}
+                    )
+                else:
+                    base.restore(w.checkpoints[ep.anchor][0])
+                    if self.config.reseed_replays:
+                        base.np_random = np.random.Generator(np.random.PCG64(ep.env_seed))
+        except Exception as e:  # noqa: BLE001 - a broken branch is data
+            self._fail(
+                ep, _exc("env.reset" if ep.kind == "rollout" else "env.restore", e), env_error=True
+            )
+
+    def _conversation(self, ep: Episode) -> Conversation:
+        tree = ep.work.tree
+        seed = branch_seed(
+            self._step,
+            tree.prompt_id,
+            ep.anchor,
+            ep.child,
+            turn=len(ep.turns) + 1,
+            base=self.config.seed,
+        )
+        ep.seeds.append(seed)
+        return Conversation(
+            env_id=tree.env_id,
+            task_id=tree.prompt_id,
+            prompt=ep.prompt,
+            turns=ep.prefix_turns + tuple(ep.turns),
+            seed=seed,
+            reset_info=ep.reset_info,
+            prompt_token_ids=None
+            if tree.prompt_token_ids is None
+            else tuple(tree.prompt_token_ids),
+        )
+
+    def _generate(self, convs: list[Conversation]) -> list[PolicyOutput] | str:
+        """One policy call (with retries); the error text if it kept failing."""
+        rep, attempts = self._report, self.config.policy_retries + 1
+        for attempt in range(attempts):
+            self._round += 1
+            rep.policy_calls += 1
+            rep.largest_batch = max(rep.largest_batch, len(convs))
+            try:
+                with self._sw("policy"):
+                    outs = list(self.policy.generate(convs))
+                if len(outs) != len(convs):
+                    raise RuntimeError(
+                        f"returned {len(outs)} outputs for {len(convs)} conversations"
+                    )
+                return outs
+            except Exception as e:  # noqa: BLE001 - recorded on every branch of the call
+                err = _exc("policy.generate", e)
+                log.warning("%s (attempt %d of %d)", err, attempt + 1, attempts)
+                if attempt + 1 < attempts:
+                    rep.retried_turns += len(convs)
+        return err
+
+    def _play_round(self, live: list[Episode]) -> None:
+        """One batched policy call over the live episodes, then one env step each."""
+        convs = [self._conversation(ep) for ep in live]
+        outs = self._generate(convs)
+        rep = self._report
+        rep.measured_turns += len(live)
+        for i, (ep, conv) in enumerate(zip(live, convs, strict=True)):
+            if isinstance(outs, str):
+                self._fail(ep, outs, policy_error=True, seed=conv.seed)
+            else:
+                self._take_turn(ep, outs[i], conv)
+
+    def _take_turn(self, ep: Episode, out: PolicyOutput, conv: Conversation) -> None:
+        rep, tree = self._report, ep.work.tree
+        rep.generated_tokens += len(out.token_ids or ())
+        rep.context_tokens += len(out.context_token_ids or ())
+        if out.context_token_ids is not None:
+            previous = conv.turns[-1] if conv.turns else None
+            if previous is None and tree.prompt_token_ids is None:
+                tree.prompt_token_ids = list(out.context_token_ids)
+            elif previous is not None and previous.obs_token_ids is None:
+                previous.obs_token_ids = list(out.context_token_ids)
+        if out.error is not None:
+            self._fail(ep, f"policy: {out.error}", policy_error=True, seed=conv.seed, out=out)
+            return
+        turn = Turn(
+            action=out.text,
+            observation="",
+            token_ids=_list(out.token_ids),
+            logprobs=_list(out.logprobs),
+        )
+        if out.finish_reason == "overflow":
+            rep.overflows += 1
+            turn.info["overflow"] = True
+            self._record(ep, turn, conv.seed, None)
+            ep.done, ep.truncated, ep.overflow = True, True, True
+            return
+        base = unwrap(ep.env)
+        try:
+            with self._sw("env"):
+                obs, reward, terminated, truncated, info = ep.env.step(out.text)
+                rep.env_steps += 1
+                tv = float(base.true_value()) if self._true_value_known else None
+                done = bool(terminated or truncated)
+                ckpt = (base.checkpoint(), ep.env) if ep.kind == "rollout" and not done else None
+        except Exception as e:  # noqa: BLE001 - a broken branch is data
+            self._fail(ep, _exc("env.step", e), env_error=True, seed=conv.seed, out=out)
+            return
+        turn.observation, turn.reward, turn.info = obs, float(reward), dict(info)
+        self._record(ep, turn, conv.seed, tv, ckpt)
+        if done:
+            ep.done, ep.reward, ep.terminated, ep.truncated = (
+                True,
+                float(reward),
+                bool(terminated),
+                bool(truncated),
+            )
+
+    def _record(
+        self,
+        ep: Episode,
+        turn: Turn,
+        seed: int,
+        tv: float | None,
+        ckpt: tuple[Checkpoint, gym.Env] | None = None,
+    ) -> None:
+        ep.turns.append(turn)
+        ep.true_values.append(tv)
+        ep.checkpoints.append(ckpt)
+        if len(ep.seeds) < len(ep.turns):
+            ep.seeds.append(seed)
+
+    def _fail(
+        self,
+        ep: Episode,
+        error: str,
+        *,
+        env_error: bool = False,
+        policy_error: bool = False,
+        seed: int | None = None,
+        out: PolicyOutput | None = None,
+    ) -> None:
+        """End `ep` on a failed leaf that records `error` (and what the policy said, if anything)."""
+        rep = self._report
+        rep.env_errors += int(env_error)
+        rep.policy_errors += int(policy_error)
+        turn = Turn(
+            action="" if out is None else out.text,
+            observation="",
+            token_ids=None if out is None else _list(out.token_ids),
+            logprobs=None if out is None else _list(out.logprobs),
+        )
+        if seed is None:
+            seed = ep.env_seed
+        self._record(ep, turn, seed, None)
+        ep.done, ep.error = True, error
+
+    # ------------------------------------------------------------------ per-prompt phases
+    def _after_episode(self, ep: Episode, pending: list[Episode]) -> None:
+        """Free the episode's env; advance its prompt's phase when it was the last one."""
+        if ep.env is not None:
+            self.pool.give_back(ep.env)
+            ep.env = None
+        w = ep.work
+        if w.phase == "roots" and all(e.done for e in w.roots):
+            self._event("roots_done", w)
+            self._insert(w, w.roots)
+            self._expand(w, pending)
+        elif w.phase == "replays" and all(e.done for e in w.replays):
+            self._close(w)
+
+    def _insert(self, w: PromptWork, episodes: list[Episode]) -> None:
+        """Append the buffered turns of `episodes` to the tree, in their fixed order."""
+        tree = w.tree
+        for ep in episodes:
+            node_id = ep.anchor
+            for k, turn in enumerate(ep.turns):
+                node = tree.add_child(
+                    node_id, turn, origin=ep.kind, seed=ep.seeds[k], true_value=ep.true_values[k]
+                )
+                node_id = node.id
+                if ep.checkpoints[k] is not None:
+                    w.checkpoints[node_id] = ep.checkpoints[k]  # type: ignore[assignment]
+            failed = ep.error is not None
+            tree.finish(
+                node_id,
+                reward=None if failed else ep.reward,
+                terminated=ep.terminated,
+                truncated=ep.truncated or failed,
+                error=ep.error,
+            )
+            if ep.overflow:
+                tree.nodes[node_id].info["overflow"] = True
+            if failed:
+                self._report.failed_branches += 1
+
+    def _expand(self, w: PromptWork, pending: list[Episode]) -> None:
+        """Score this prompt's prefixes, allocate its replays and queue them."""
+        cfg, tree = self.config, w.tree
+        prefix_ids = _prefix_nodes(tree)
+        if w.replay_budget > 0 and prefix_ids:
+            states = [
+                State(
+                    tree.prompt_id,
+                    tree.prompt,
+                    tuple((t.action, t.observation) for t in tree.turns(n)),
+                    tree.env_id,
+                )
+                for n in prefix_ids
+            ]
+            for n, v in zip(prefix_ids, self.runner.predict(states), strict=True):
+                tree.nodes[n].value = float(v)
+            leaves = [_chain_leaf(tree, first) for first in tree.root.children]
+            cands = prefix_candidates(tree, leaves, cost=cfg.replay_cost)
+            rng = np.random.default_rng(
+                stable_seed("prefixes", cfg.seed, self._step, tree.prompt_id)
+            )
+            with self._sw("allocator"):
+                counts = np.asarray(
+                    self.allocator.allocate_prefixes(cands, w.replay_budget, rng), dtype=int
+                )
+            if counts.shape != (len(cands),) or (counts < 0).any():
+                raise ConfigError(
+                    f"allocator {getattr(self.allocator, 'name', self.allocator)!r} returned prefix counts of "
+                    f"shape {counts.shape} (need {len(cands)} non-negative ints)"
+                )
+            for cand, k in zip(cands, counts, strict=True):
+                node = tree.nodes[cand.node]
+                prefix_turns = tuple(tree.turns(cand.node))
+                root_ep = w.roots[cand.rollout]
+                for j in range(int(k)):
+                    child = len(node.children) + j
+                    w.replays.append(
+                        Episode(
+                            work=w,
+                            kind="replay",
+                            anchor=cand.node,
+                            child=child,
+                            prompt=root_ep.prompt,
+                            reset_info=root_ep.reset_info,
+                            env_seed=branch_seed(
+                                self._step, tree.prompt_id, cand.node, child, turn=0, base=cfg.seed
+                            ),
+                            prefix_turns=prefix_turns,
+                        )
+                    )
+                    self._report.count_replay(node.depth)
+        self._report.replays_unspent += w.replay_budget - len(w.replays)
+        tree.info.update(replay_budget=w.replay_budget, replays=len(w.replays))
+        # checkpoints no replay will restore are released now, the rest when the tree closes
+        used = {ep.anchor for ep in w.replays}
+        for n in [n for n in w.checkpoints if n not in used]:
+            self._release(w, n)
+        if w.replays:
+            w.phase = "replays"
+            self._event("expand", w)
+            pending.extend(w.replays)
+        else:
+            self._close(w)
+
+    def _close(self, w: PromptWork) -> None:
+        self._insert(w, w.replays)
+        for n in list(w.checkpoints):
+            self._release(w, n)
+        w.phase = "closed"
+        w.tree.compute_targets()
+        self._event("closed", w)
+
+    def _release(self, w: PromptWork, node_id: int) -> None:
+        ckpt, env = w.checkpoints.pop(node_id)
+        try:
+            with self._sw("env"):
+                unwrap(env).release(ckpt)
+        except Exception as e:  # noqa: BLE001 - a leaked handle must not end the step
+            log.warning("releasing checkpoint of node %d failed: %s", node_id, e)
+
+    def _event(self, kind: str, w: PromptWork) -> None:
+        self._report.events.append(Event(self._round, kind, w.tree.prompt_id))
+
+
+def _list(x: Any) -> list[Any] | None:
+    return None if x is None else list(x)
+
+
+def _chain_leaf(tree: RolloutTree, node_id: int) -> int:
+    """The leaf at the end of the single-child chain starting at `node_id`."""
+    while tree.nodes[node_id].children:
+        node_id = tree.nodes[node_id].children[0]
+    return node_id
+
+
+def _prefix_nodes(tree: RolloutTree) -> list[int]:
+    """Node ids of every replayable prefix of the root rollouts, rollout by rollout.
+
+    Prefixes are the turn boundaries strictly inside a finished, non-failed rollout:
+    after turn 1 up to before its last turn (../shared/TRACE.md "Prefix level").
+    """
+    out = []
+    for first in tree.root.children:
+        leaf = tree.nodes[_chain_leaf(tree, first)]
+        if leaf.reward is not None:
+            out += [n.id for n in tree.path(leaf.id)[:-1]]
+    return out
