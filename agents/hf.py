@@ -1,0 +1,292 @@
+"""`HFPolicy`: batched ReAct sampling on HF transformers, token-faithful, CPU or GPU.
+
+One `generate` call takes many conversations, builds each context with the token
+contract (`trace_gym.agents.context`), left-pads them into one batch and runs a small
+sampling loop over the model with a KV cache: one batched forward per step, then one
+vectorised inverse-CDF draw over the batch, where row b's uniform comes from its own
+CPU ``torch.Generator`` seeded by ``Conversation.seed`` (one draw per step). A row's
+samples therefore do not depend on which other rows share its batch (up to
+floating-point differences of padded attention, which change a sample only when a draw
+falls within ~1e-6 of a token boundary).
+
+Sampling: temperature, then top-p (nucleus) over the temperature-scaled distribution;
+``temperature == 0`` is greedy.
+
+**Logprobs** (`PolicyOutput.logprobs`): for each sampled token, its log-probability under
+the temperature-scaled distribution ``log_softmax(logits / T)`` *before* top-p
+filtering (with ``T = 1`` when greedy). That is what a trainer recomputes from the
+same tokens; with ``top_p = 1`` it is exactly the sampling distribution.
+
+**Turn ends**: at the first stop string of the env's format (kept in text and tokens),
+at an end-of-turn token (kept in the token ids; special tokens are skipped in the
+text), at ``max_new_tokens`` (``finish_reason="length"``), or at the context window
+(``finish_reason="overflow"``; a context that is already full generates nothing). The
+text is ``tokenizer.decode(token_ids, skip_special_tokens=True)``.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from trace_gym.agents.context import ChatTokens, Context
+from trace_gym.agents.formats import ReActFormat, find_stop, formats_with
+
+from trace_gym.errors import ConfigError, DependencyNotInstalled
+from trace_gym.policy import Conversation, PolicyOutput
+
+__all__ = ["HFPolicy", "SamplingConfig"]
+
+logger = logging.getLogger(__name__)
+
+
+def _torch():
+    try:
+        import torch
+    except ImportError as e:
+        raise DependencyNotInstalled("torch", 'pip install "trace-gym[train]"') from e
+    return torch
+
+
+@dataclass
+class SamplingConfig:
+    """How an assistant turn is sampled."""
+
+    #: softmax temperature (0 = greedy)
+    temperature: float = 1.0
+    #: nucleus mass kept (1 = no filtering)
+    top_p: float = 1.0
+    #: cap on one turn's tokens (None: the env format's default)
+    max_new_tokens: int | None = None
+    #: context window in tokens (None: the model's max_position_embeddings)
+    max_context: int | None = None
+    #: most conversations per forward batch
+    max_batch: int = 16
+
+    def __post_init__(self) -> None:
+        if self.temperature < 0:
+            raise ConfigError(f"temperature must be >= 0, got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise ConfigError(f"top_p must be in (0, 1], got {self.top_p}")
+        if self.max_new_tokens is not None and self.max_new_tokens < 1:
+            raise ConfigError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
+        if self.max_context is not None and self.max_context < 2:
+            raise ConfigError(f"max_context must be >= 2, got {self.max_context}")
+        if self.max_batch < 1:
+            raise ConfigError(f"max_batch must be >= 1, got {self.max_batch}")
+
+
+@dataclass
+class _Row:
+    """One conversation inside a sampling batch."""
+
+    index: int
+    context: Context
+    seed: int
+    budget: int
+    window_limited: bool
+    stop: tuple[str, ...]
+
+
+#: per-env format overrides a model directory may carry (the tiny models do)
+FORMATS_FILE = "trace_gym_formats.json"
+
+
+def _read_formats(path: str) -> dict[str, dict[str, Any]]:
+    f = Path(path) / FORMATS_FILE
+    return json.loads(f.read_text()) if f.is_file() else {}
+
+
+def _cache_of(out: Any) -> Any:
+    cache = getattr(out, "cache", None)
+    return cache if cache is not None else out.past_key_values
+
+
+class HFPolicy:
+    """A `Policy` over a transformers causal LM and its tokenizer (chat template required)."""
+
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any,
+        sampling: SamplingConfig | None = None,
+        *,
+        formats: dict[str, ReActFormat] | None = None,
+    ):
+        self.model = model.eval()
+        self.tokenizer = tokenizer
+        self.sampling = sampling or SamplingConfig()
+        self.chat = ChatTokens(tokenizer, formats)
+        self.max_context = self.sampling.max_context or int(
+            getattr(model.config, "max_position_embeddings", 0) or 4096
+        )
+        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+        # transformers >= 5.2x renamed past_key_values to cache
+        params = inspect.signature(model.forward).parameters
+        self._cache_kw = "cache" if "cache" in params else "past_key_values"
+
+    @classmethod
+    def from_pretrained(
+        cls, path: str, *, device: str = "cpu", dtype: str | None = None, **sampling: Any
+    ) -> HFPolicy:
+        """Load a model directory (or hub id) with its tokenizer; `sampling` -> SamplingConfig."""
+        torch = _torch()
+        try:
+            from transformers import AutoModelForCausalLM, AutoTokenizer
+        except ImportError as e:
+            raise DependencyNotInstalled("transformers", 'pip install "trace-gym[train]"') from e
+        tokenizer = AutoTokenizer.from_pretrained(path)
+        formats = formats_with(_read_formats(path))
+        torch_dtype = getattr(torch, dtype) if dtype else (torch.bfloat16 if device.startswith("cuda") else torch.float32)
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype).to(device)
+        return cls(model, tokenizer, SamplingConfig(**sampling), formats=formats)
+
+    @property
+    def device(self):
+        return next(self.model.parameters()).device
+
+    # ------------------------------------------------------------------ policy
+    def context(self, conv: Conversation) -> Context:
+        """The exact context ids the model will see for `conv`."""
+        return self.chat.context(conv)
+
+    def generate(self, conversations: Sequence[Conversation]) -> list[PolicyOutput]:
+        """One assistant turn per conversation (same order); failures are per-row outputs."""
+        outputs: list[PolicyOutput | None] = [None] * len(conversations)
+        rows: list[_Row] = []
+        for i, conv in enumerate(conversations):
+            try:
+                row = self._row(i, conv)
+            except Exception as e:  # a bad conversation fails alone
+                logger.warning("conversation %s failed before sampling: %r", conv.task_id, e)
+                outputs[i] = PolicyOutput(text="", error=f"context: {e!r}")
+                continue
+            if row.budget <= 0:
+                outputs[i] = PolicyOutput(
+                    text="", token_ids=[], logprobs=[], context_token_ids=row.context.appended,
+                    finish_reason="overflow", info={"context_tokens": len(row.context.ids)},
+                )
+                continue
+            rows.append(row)
+        # similar lengths together waste less padding; results go back by index
+        rows.sort(key=lambda r: len(r.context.ids))
+        for start in range(0, len(rows), self.sampling.max_batch):
+            chunk = rows[start : start + self.sampling.max_batch]
+            try:
+                results = self._sample(chunk)
+            except Exception as e:
+                logger.exception("sampling failed for a batch of %d", len(chunk))
+                results = [None] * len(chunk)
+                err = f"sampling: {e!r}"
+            for row, res in zip(chunk, results, strict=True):
+                if res is None:
+                    outputs[row.index] = PolicyOutput(text="", error=err, context_token_ids=row.context.appended)
+                    continue
+                ids, lps, reason = res
+                outputs[row.index] = PolicyOutput(
+                    text=self.tokenizer.decode(ids, skip_special_tokens=True),
+                    token_ids=ids,
+                    logprobs=lps,
+                    context_token_ids=row.context.appended,
+                    finish_reason=reason,
+                    info={"context_tokens": len(row.context.ids)},
+                )
+        return outputs  # type: ignore[return-value]
+
+    def _row(self, index: int, conv: Conversation) -> _Row:
+        fmt = self.chat.format(conv.env_id)
+        ctx = self.chat.context(conv)
+        vocab = self.model.get_input_embeddings().num_embeddings
+        if any(not 0 <= i < vocab for i in ctx.ids):
+            raise ValueError(f"context has token ids outside the model's vocabulary [0, {vocab})")
+        want = self.sampling.max_new_tokens or fmt.max_new_tokens
+        room = self.max_context - len(ctx.ids)
+        return _Row(index, ctx, int(conv.seed), min(want, room), room < want, fmt.stop)
+
+    # ------------------------------------------------------------------ sampling
+    def _sample(self, rows: list[_Row]) -> list[tuple[list[int], list[float], str]]:
+        torch = _torch()
+        device = self.device
+        cfg = self.sampling
+        width = max(len(r.context.ids) for r in rows)
+        # input_ids / mask: [B, width], left-padded
+        input_ids = torch.full((len(rows), width), self.pad_id, dtype=torch.long)
+        mask = torch.zeros((len(rows), width), dtype=torch.long)
+        for b, r in enumerate(rows):
+            n = len(r.context.ids)
+            input_ids[b, width - n :] = torch.tensor(r.context.ids, dtype=torch.long)
+            mask[b, width - n :] = 1
+        input_ids, mask = input_ids.to(device), mask.to(device)
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)  # [B, width]
+        # one CPU generator per row: row b's draws depend only on its own seed
+        gens = [torch.Generator().manual_seed(r.seed % (2**63)) for r in rows]
+        out_ids: list[list[int]] = [[] for _ in rows]
+        out_lps: list[list[float]] = [[] for _ in rows]
+        reasons: list[str | None] = [None] * len(rows)
+        tail = max((len(s) for r in rows for s in r.stop), default=0) + 4
+
+        with torch.no_grad():
+            out = self.model(
+                input_ids=input_ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1
+            )
+            cache = _cache_of(out)
+            logits = out.logits[:, -1, :].float()  # [B, V]
+            for _ in range(max(r.budget for r in rows)):
+                logp = torch.log_softmax(logits / cfg.temperature if cfg.temperature > 0 else logits, dim=-1)
+                # one uniform per row from its own generator, drawn every step (live or not)
+                u = torch.tensor([float(torch.rand(1, generator=g)) for g in gens], device=device)
+                picked = self._pick(logp, u)  # [B]
+                picked_lp = logp.gather(1, picked[:, None])[:, 0]  # [B]
+                tok_list, lp_list = picked.tolist(), picked_lp.tolist()
+                for b, r in enumerate(rows):
+                    if reasons[b] is not None:
+                        continue
+                    out_ids[b].append(tok_list[b])
+                    out_lps[b].append(lp_list[b])
+                    reasons[b] = self._finished(r, out_ids[b], tail)
+                tokens = picked[:, None]  # [B, 1]; finished rows' tokens are ignored
+                if all(x is not None for x in reasons):
+                    break
+                mask = torch.cat([mask, torch.ones((len(rows), 1), dtype=torch.long, device=device)], dim=1)
+                positions = positions[:, -1:] + 1
+                out = self.model(
+                    input_ids=tokens, attention_mask=mask, position_ids=positions,
+                    use_cache=True, **{self._cache_kw: cache},
+                )
+                cache = _cache_of(out)
+                logits = out.logits[:, -1, :].float()
+        return [(ids, lps, reason or "length") for ids, lps, reason in zip(out_ids, out_lps, reasons, strict=True)]
+
+    def _pick(self, logp, u):
+        """Token ids [B] from temperature-scaled log-probs [B, V] and uniforms u [B].
+
+        Inverse-CDF sampling over the top-p nucleus (tokens sorted by probability, the
+        smallest prefix whose mass reaches top_p, always at least the top token);
+        greedy at temperature 0.
+        """
+        torch = _torch()
+        if self.sampling.temperature == 0:
+            return torch.argmax(logp, dim=-1)
+        probs, order = torch.sort(logp.exp(), dim=-1, descending=True)  # [B, V]
+        if self.sampling.top_p < 1:
+            keep = (probs.cumsum(-1) - probs) < self.sampling.top_p
+            probs = torch.where(keep, probs, torch.zeros_like(probs))
+        cdf = probs.cumsum(-1)  # [B, V]
+        idx = torch.searchsorted(cdf, (u * cdf[:, -1])[:, None]).clamp(max=probs.shape[-1] - 1)  # [B, 1]
+        return order.gather(1, idx)[:, 0]
+
+    def _finished(self, row: _Row, ids: list[int], tail: int) -> str | None:
+        if ids[-1] in self.chat.eos_ids:
+            return "stop"
+        if row.stop:
+            text = self.tokenizer.decode(ids[-tail:], skip_special_tokens=True)
+            if find_stop(text, row.stop) is not None:
+                return "stop"
+        if len(ids) >= row.budget:
+            return "overflow" if row.window_limited else "length"
+        return None
