@@ -1,0 +1,194 @@
+"""The training loop end to end on a tiny char-level Qwen3: metrics, checkpoints, resume."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+pytest.importorskip("transformers")
+
+from trace_gym.trainers.config import TrainConfig  # noqa: E402
+from trace_gym.trainers.loop import Trainer  # noqa: E402
+
+from trace_gym.errors import ConfigError, UnknownNameError  # noqa: E402
+from trace_gym.tree import load_trees  # noqa: E402
+
+
+def tiny_config(tmp_path, name="run", **over) -> TrainConfig:
+    d = {
+        "steps": 2,
+        "seed": 3,
+        "out_dir": str(tmp_path / name),
+        "save_trees": True,
+        "tensorboard": False,
+        "progress": False,
+        "policy": {"kind": "custom"},
+        "rollout": {"allocator": "trace", "predictor": "empirical", "root_budget": 6,
+                    "replays_per_root": 1.0, "candidates_per_step": 3, "group_size": 2},
+        "algo": {"name": "treerpo"},
+        "optim": {"lr": 1e-3, "micro_batch_size": 3, "mini_batch_size": 8},
+    }
+    for k, v in over.items():
+        d[k] = {**d[k], **v} if isinstance(v, dict) else v
+    return TrainConfig.from_dict(d)
+
+
+def test_two_steps_write_metrics_trees_and_checkpoint(tmp_path, policy_factory, guess_env_factory):
+    cfg = tiny_config(tmp_path, tensorboard=True, eval_every=2, eval_tasks=2, eval_samples=2)
+    hist = Trainer(cfg, policy=policy_factory(), env_factory=guess_env_factory).run()
+    assert [m["step"] for m in hist] == [0, 1]
+    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [0, 1]
+    for key in ("reward", "effective_ratio", "mixed_groups", "contrastive_pairs", "kl", "entropy",
+                "clip_frac", "gen_tokens_per_s", "time_rollout_s", "time_train_s", "eval_success"):
+        assert key in rows[-1], key
+    assert rows[0]["samples"] > 0 and rows[0]["trained_tokens"] > 0
+    assert rows[0]["logprob_mismatch"] < 1e-4  # trainer recomputation == generator logprobs
+    assert (tmp_path / "run" / "checkpoints" / "latest").read_text() == "step_000002"
+    assert list((tmp_path / "run" / "tb").iterdir())
+    trees = load_trees(tmp_path / "run" / "trees" / "step_000000.jsonl.gz")
+    assert sum(len(t.root.children) for t in trees) == 6
+
+
+def test_update_changes_weights_and_generator_shares_them(tmp_path, policy_factory, guess_env_factory):
+    import torch
+
+    tr = Trainer(tiny_config(tmp_path, steps=1), policy=policy_factory(), env_factory=guess_env_factory)
+    before = [p.detach().clone() for p in tr.model.parameters()]
+    tr.run()
+    assert tr.sync_mode == "shared" and tr.policy.model is tr.model
+    assert any(not torch.equal(a, b) for a, b in zip(before, tr.model.parameters(), strict=True))
+
+
+def _trees_tokens(path):
+    return [[(n.id, n.parent, None if n.turn is None else n.turn.token_ids, n.reward) for n in t.nodes]
+            for t in load_trees(path)]
+
+
+def test_resume_after_kill_replays_identical_data(tmp_path, policy_factory, guess_env_factory, monkeypatch):
+    full = Trainer(tiny_config(tmp_path, "full", steps=3), policy=policy_factory(), env_factory=guess_env_factory)
+    full.run()
+
+    cfg = tiny_config(tmp_path, "killed", steps=3)
+    tr = Trainer(cfg, policy=policy_factory(), env_factory=guess_env_factory)
+    original = Trainer.update
+
+    def dies_in_step_2(self, samples, step):
+        if step == 2:
+            raise KeyboardInterrupt("killed mid-step")
+        return original(self, samples, step)
+
+    monkeypatch.setattr(Trainer, "update", dies_in_step_2)
+    with pytest.raises(KeyboardInterrupt):
+        tr.run()
+    monkeypatch.setattr(Trainer, "update", original)
+    assert (tmp_path / "killed" / "checkpoints" / "latest").read_text() == "step_000002"
+
+    resumed = Trainer(cfg, policy=policy_factory(), env_factory=guess_env_factory)
+    hist = resumed.run()
+    assert [m["step"] for m in hist] == [2]
+    assert _trees_tokens(tmp_path / "full" / "trees" / "step_000002.jsonl.gz") == _trees_tokens(
+        tmp_path / "killed" / "trees" / "step_000002.jsonl.gz")
+    import torch
+
+    for a, b in zip(full.model.parameters(), resumed.model.parameters(), strict=True):
+        assert torch.allclose(a, b, atol=1e-6)
+    rows = [json.loads(x)["step"] for x in (tmp_path / "killed" / "metrics.jsonl").read_text().splitlines()]
+    assert rows == [0, 1, 2]
+
+
+@pytest.mark.parametrize("section,key,value,err", [
+    ("algo", "name", "ppo", UnknownNameError),
+    ("rollout", "allocator", "nope", UnknownNameError),
+    ("rollout", "predictor", "nope", UnknownNameError),
+    ("algo", "aggregation", "median", UnknownNameError),
+    ("algo", "dual_clip", 0.5, ConfigError),
+    ("optim", "bogus", 1, ConfigError),
+])
+def test_bad_config_fails_at_construction(tmp_path, section, key, value, err):
+    with pytest.raises(err):
+        tiny_config(tmp_path, **{section: {key: value}})
+
+
+@pytest.mark.parametrize("algo,allocator", [("grpo", "grpo"), ("tree_grpo", "treepo"), ("treepo", "trace")])
+def test_every_optimiser_runs_a_step(tmp_path, policy_factory, guess_env_factory, algo, allocator):
+    cfg = tiny_config(tmp_path, steps=1, save_every=0, algo={"name": algo, "aggregation": "seq_mean", "kl_coef": 0.01},
+                      rollout={"allocator": allocator})
+    hist = Trainer(cfg, policy=policy_factory(), env_factory=guess_env_factory).run()
+    assert hist[0]["samples"] > 0 and hist[0]["kl"] >= 0.0
+
+
+def test_lora_trains_only_adapters(tmp_path, policy_factory, guess_env_factory):
+    pytest.importorskip("peft")
+    cfg = tiny_config(tmp_path, steps=1, policy={"lora": True, "lora_r": 4, "lora_targets": ["q_proj", "v_proj"],
+                                                  "gradient_checkpointing": True}, algo={"kl_coef": 0.01})
+    tr = Trainer(cfg, policy=policy_factory(), env_factory=guess_env_factory)
+    trainable = [n for n, p in tr.model.named_parameters() if p.requires_grad]
+    assert trainable and all("lora_" in n for n in trainable)
+    hist = tr.run()
+    assert tr.policy.model is tr.model and hist[0]["samples"] > 0
+
+
+def test_positive_advantage_raises_logprob_negative_lowers_it(tmp_path, policy_factory, guess_env_factory):
+    import torch
+    from trace_gym.trainers.data import Sample, collate
+
+    tr = Trainer(tiny_config(tmp_path, steps=1, optim={"lr": 1e-2}), policy=policy_factory(), env_factory=guess_env_factory)
+    ids = [5, 6, 7, 8, 9, 10]
+    good = Sample(ids, [0, 0, 0, 1, 1, 1], 1.0, 1.0, [0.0] * 6)
+    bad = Sample(ids[::-1], [0, 0, 0, 1, 1, 1], -1.0, 1.0, [0.0] * 6)
+
+    def trained_logp(s):
+        with torch.no_grad():
+            lp, _ = tr._forward(tr.model, collate([s]))
+        return float((lp[0] * torch.tensor(s.loss_mask)).sum())
+
+    g0, b0 = trained_logp(good), trained_logp(bad)
+    tr.update([good, bad], step=0)
+    assert trained_logp(good) > g0 and trained_logp(bad) < b0
+
+
+class _FakeVLLMPolicy:
+    """A generator with its own weights behind a vLLM-like engine path (llm...model.load_weights)."""
+
+    def __init__(self, inner):
+        from types import SimpleNamespace
+
+        self.inner = inner  # a CharPolicy around a separate model copy
+        self.loads = 0
+        self.resets = 0
+
+        def load_weights(weights):
+            self.loads += 1
+            state = dict(weights)
+            missing, unexpected = inner.model.load_state_dict(state, strict=False)
+            assert not unexpected, unexpected
+
+        def reset_prefix_cache():
+            self.resets += 1
+
+        runner = SimpleNamespace(model=SimpleNamespace(load_weights=load_weights))
+        self.llm = SimpleNamespace(llm_engine=SimpleNamespace(model_executor=SimpleNamespace(
+            driver_worker=SimpleNamespace(model_runner=runner))), reset_prefix_cache=reset_prefix_cache)
+
+    def generate(self, conversations):
+        return self.inner.generate(conversations)
+
+
+@pytest.mark.parametrize("lora", [False, True])
+def test_generator_with_own_weights_gets_them_pushed(tmp_path, policy_factory, guess_env_factory, lora):
+    import torch
+
+    policy_factory().model.save_pretrained(tmp_path / "model")  # the trainer's copy is loaded from here
+    gen = _FakeVLLMPolicy(policy_factory())
+    policy = {"path": str(tmp_path / "model"), "lora": lora, "lora_r": 4, "lora_targets": ["q_proj", "v_proj"]}
+    tr = Trainer(tiny_config(tmp_path, steps=1, policy=policy), policy=gen, env_factory=guess_env_factory)
+    assert tr.sync_mode == "vllm" and tr.model is not gen.inner.model
+    hist = tr.run()
+    assert hist[0]["samples"] > 0 and gen.loads == 2 and gen.resets == 2  # at start-up and after the step
+    from trace_gym.trainers.sync import export_weights
+
+    trained = dict(export_weights(tr.model))
+    for name, w in gen.inner.model.state_dict().items():
+        assert torch.allclose(w, trained[name], atol=1e-6), name

@@ -1,0 +1,65 @@
+"""`trace-gym train --config FILE`: run a training config (TOML, YAML or JSON)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+
+from trace_gym.errors import ConfigError
+
+__all__ = ["main"]
+
+
+def _value(text: str):
+    """Parse an override value as JSON when it is JSON (numbers, booleans, lists), else a string."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="trace-gym train", description=__doc__)
+    p.add_argument("--config", required=True, help="config file (.toml, .yaml, .json); see configs/")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a config value, e.g. --set algo.name=grpo --set steps=5")
+    p.add_argument("--out-dir", help="shortcut for --set out_dir=...")
+    p.add_argument("--check", action="store_true", help="validate the config and exit")
+    p.add_argument("-v", "--verbose", action="store_true")
+    args = p.parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING)
+
+    from trace_gym.trainers.config import load_config
+
+    overrides = {}
+    for item in args.set:
+        if "=" not in item:
+            print(f"trace-gym train: --set needs KEY=VALUE, got {item!r}", file=sys.stderr)
+            return 2
+        k, v = item.split("=", 1)
+        overrides[k.strip()] = _value(v)
+    if args.out_dir:
+        overrides["out_dir"] = args.out_dir
+    try:
+        cfg = load_config(args.config, overrides)
+    except ConfigError as e:
+        print(f"trace-gym train: {e}", file=sys.stderr)
+        return 2
+    if args.check:
+        print(json.dumps(cfg.to_dict(), indent=1))
+        return 0
+    from trace_gym.trainers.loop import Trainer
+
+    history = Trainer(cfg).run()
+    if history:
+        last = history[-1]
+        keys = ("step", "reward", "effective_ratio", "mixed_groups", "contrastive_pairs", "loss", "kl", "entropy")
+        print(json.dumps({k: last.get(k) for k in keys}))
+    print(f"metrics: {cfg.out_dir}/metrics.jsonl  checkpoints: {cfg.out_dir}/checkpoints")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

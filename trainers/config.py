@@ -1,0 +1,268 @@
+"""Training configuration: nested dataclasses, validated at construction, loaded from TOML/YAML/JSON.
+
+Every name (optimiser, allocator, predictor, aggregation, policy kind) is checked in
+``__post_init__``, so a typo fails before a model is loaded or a rollout is run. A
+config file mirrors the dataclasses: top-level fields plus the tables ``[policy]``,
+``[rollout]``, ``[algo]`` and ``[optim]``; an unknown key is an error.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from trace_gym.errors import ConfigError, DependencyNotInstalled, unknown
+
+__all__ = ["AlgoConfig", "OptimConfig", "PolicyConfig", "RolloutConfig", "TrainConfig", "load_config"]
+
+POLICY_KINDS = ("tiny", "hf", "vllm", "custom")
+
+
+@dataclass
+class PolicyConfig:
+    """The policy model, its sampling, and how it is trained (LoRA, checkpointing)."""
+
+    #: "tiny" (trace_gym.agents.tiny, built locally), "hf" (a model dir or hub id in
+    #: `path`), "vllm" (a vLLM engine on `path` generates, an HF copy trains; weights are
+    #: pushed every step, see trace_gym.trainers.sync) or "custom" (an object passed to
+    #: `Trainer(policy=...)`)
+    kind: str = "tiny"
+    path: str = ""
+    #: keyword arguments of `trace_gym.agents.tiny.TinyConfig` for kind "tiny"
+    tiny: dict[str, Any] = field(default_factory=dict)
+    device: str = "cpu"
+    #: torch dtype name of the weights ("float32", "bfloat16"); None: float32 on CPU, bf16 on CUDA
+    dtype: str | None = None
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_new_tokens: int | None = None
+    max_context: int | None = None
+    #: most conversations per forward batch of the generator
+    gen_batch: int = 16
+    #: train LoRA adapters (peft) instead of all weights
+    lora: bool = False
+    lora_r: int = 16
+    lora_alpha: int = 32
+    lora_dropout: float = 0.0
+    lora_targets: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"])
+    gradient_checkpointing: bool = False
+    #: extra `vllm.LLM` keyword arguments for kind "vllm" (gpu_memory_utilization, ...)
+    vllm: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.kind not in POLICY_KINDS:
+            raise unknown("policy kind", self.kind, POLICY_KINDS)
+        if self.kind in ("hf", "vllm") and not self.path:
+            raise ConfigError(f"policy.kind = {self.kind!r} needs policy.path (a model directory or hub id)")
+        if self.lora and self.lora_r < 1:
+            raise ConfigError(f"policy.lora_r must be >= 1, got {self.lora_r}")
+        if self.temperature <= 0:
+            raise ConfigError("policy.temperature must be > 0 for RL (greedy rollouts have no variance)")
+
+
+@dataclass
+class RolloutConfig:
+    """What the `BranchingRunner` collects each step."""
+
+    env_id: str = "trace/Sim-v0"
+    env_kwargs: dict[str, Any] = field(default_factory=dict)
+    #: allocation policy name in `trace_gym.alloc.ALLOCATORS`
+    allocator: str = "trace"
+    allocator_kwargs: dict[str, Any] = field(default_factory=dict)
+    #: predictor name in `trace_gym.predict.PREDICTORS` ("" = none: every value 0.5)
+    predictor: str = "empirical"
+    predictor_kwargs: dict[str, Any] = field(default_factory=dict)
+    #: M: root rollouts per step
+    root_budget: int = 16
+    #: N: replays per root (continuation budget round(N * M)); ignored by flat allocators
+    replays_per_root: float = 2.0
+    #: candidate prompts drawn (without replacement) from the task pool each step
+    candidates_per_step: int = 16
+    m_max: int = 16
+    #: group size of flat allocators (grpo, pcl, ...)
+    group_size: int = 8
+    replay_cost: float = 0.5
+    #: most live episodes per policy call
+    max_batch: int | None = None
+    #: restrict training to the first `train_tasks` task ids (None: all)
+    train_tasks: int | None = None
+    #: collect on Ray rollout workers: None (local runner), "local" or a cluster address
+    ray_address: str | None = None
+    #: Ray rollout workers (with `ray_address`; see docs/distributed.md)
+    ray_workers: int = 2
+
+    def __post_init__(self) -> None:
+        from trace_gym.alloc import ALLOCATORS
+
+        if self.allocator not in ALLOCATORS:
+            raise unknown("allocator", self.allocator, ALLOCATORS)
+        if self.predictor:
+            from trace_gym.predict import PREDICTORS
+
+            if self.predictor not in PREDICTORS:
+                raise unknown("predictor", self.predictor, PREDICTORS)
+        if self.root_budget < 2 or self.candidates_per_step < 1:
+            raise ConfigError("rollout.root_budget must be >= 2 and rollout.candidates_per_step >= 1")
+        if self.replays_per_root < 0:
+            raise ConfigError(f"rollout.replays_per_root must be >= 0, got {self.replays_per_root}")
+
+
+@dataclass
+class AlgoConfig:
+    """The optimiser: advantages from trees and the clipped policy-gradient loss."""
+
+    #: advantage function in `trace_gym.trainers.advantages.ADVANTAGES`
+    name: str = "treerpo"
+    #: divide by the group std (False: Dr. GRPO-style centring only)
+    std: bool = True
+    eps: float = 1e-6
+    #: "roots" (a prompt weighs its root rollouts) or "none"
+    prompt_weight: str = "roots"
+    clip_low: float = 0.2
+    clip_high: float = 0.28
+    #: dual-clip constant c for negative advantages (None: off)
+    dual_clip: float | None = 3.0
+    #: "token_mean", "seq_mean" or "dr_grpo"
+    aggregation: str = "token_mean"
+    #: Dr. GRPO's constant length per sequence
+    dr_grpo_len: int = 1024
+    #: coefficient of the k3 KL to the initial policy (0: no reference model)
+    kl_coef: float = 0.0
+    #: cap of the truncated importance weight exp(trainer - generator) logprobs (None: off)
+    tis_cap: float | None = None
+    #: leave zero-advantage units out of the batch (they only add KL terms)
+    skip_zero_advantage: bool = True
+
+    def __post_init__(self) -> None:
+        from trace_gym.trainers.advantages import ADVANTAGES, PROMPT_WEIGHTS
+        from trace_gym.trainers.losses import AGGREGATIONS
+
+        if self.name not in ADVANTAGES:
+            raise unknown("optimiser", self.name, ADVANTAGES)
+        if self.aggregation not in AGGREGATIONS:
+            raise unknown("loss aggregation", self.aggregation, AGGREGATIONS)
+        if self.prompt_weight not in PROMPT_WEIGHTS:
+            raise ConfigError(f"algo.prompt_weight must be one of {PROMPT_WEIGHTS}, got {self.prompt_weight!r}")
+        if not (0 <= self.clip_low < 1 and self.clip_high >= 0):
+            raise ConfigError("algo.clip_low must be in [0, 1) and algo.clip_high >= 0")
+        if self.dual_clip is not None and self.dual_clip <= 1:
+            raise ConfigError(f"algo.dual_clip must be > 1 (or None), got {self.dual_clip}")
+        if self.kl_coef < 0:
+            raise ConfigError(f"algo.kl_coef must be >= 0, got {self.kl_coef}")
+
+
+@dataclass
+class OptimConfig:
+    """AdamW and batching of the update."""
+
+    lr: float = 1e-6
+    weight_decay: float = 0.0
+    betas: tuple[float, float] = (0.9, 0.999)
+    grad_clip: float = 1.0
+    #: samples per forward/backward (gradient accumulation across micro-batches)
+    micro_batch_size: int = 8
+    #: samples per optimiser step (None: the whole step's batch, one optimiser step)
+    mini_batch_size: int | None = None
+    #: passes over the step's batch
+    epochs: int = 1
+    #: longer samples are dropped (and counted in the metrics)
+    max_seq_len: int = 8192
+
+    def __post_init__(self) -> None:
+        self.betas = tuple(self.betas)  # type: ignore[assignment]
+        if self.lr <= 0 or self.micro_batch_size < 1 or self.epochs < 1:
+            raise ConfigError("optim.lr must be > 0, optim.micro_batch_size >= 1 and optim.epochs >= 1")
+        if self.mini_batch_size is not None and self.mini_batch_size < 1:
+            raise ConfigError("optim.mini_batch_size must be >= 1 or None")
+
+
+@dataclass
+class TrainConfig:
+    """One training run."""
+
+    steps: int = 10
+    seed: int = 0
+    out_dir: str = "runs/train"
+    #: checkpoint every k steps (0: only at the end)
+    save_every: int = 1
+    #: complete checkpoints kept (older ones are deleted)
+    keep_checkpoints: int = 2
+    #: continue from the latest checkpoint in out_dir when there is one
+    resume: bool = True
+    #: evaluate every k steps (0: never) on `eval_tasks` task ids x `eval_samples`
+    eval_every: int = 0
+    eval_tasks: int = 16
+    eval_samples: int = 4
+    #: write each step's trees to out_dir/trees/
+    save_trees: bool = False
+    tensorboard: bool = True
+    progress: bool = True
+    policy: PolicyConfig = field(default_factory=PolicyConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    algo: AlgoConfig = field(default_factory=AlgoConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+
+    def __post_init__(self) -> None:
+        for name, cls in _SECTIONS.items():
+            value = getattr(self, name)
+            if isinstance(value, dict):
+                setattr(self, name, _build(cls, value, name))
+        if self.steps < 0 or self.save_every < 0 or self.eval_every < 0 or self.keep_checkpoints < 1:
+            raise ConfigError("steps, save_every and eval_every must be >= 0; keep_checkpoints >= 1")
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> TrainConfig:
+        return _build(cls, d, "config")
+
+
+_SECTIONS = {"policy": PolicyConfig, "rollout": RolloutConfig, "algo": AlgoConfig, "optim": OptimConfig}
+
+
+def _build(cls: type, d: dict[str, Any], where: str) -> Any:
+    known = {f.name for f in fields(cls)}
+    extra = sorted(set(d) - known)
+    if extra:
+        raise ConfigError(f"unknown key(s) {extra} in [{where}]; known keys: {', '.join(sorted(known))}")
+    return cls(**d)
+
+
+def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> TrainConfig:
+    """Read a TOML (stdlib), YAML (needs pyyaml) or JSON config file into a `TrainConfig`.
+
+    `overrides` maps dotted keys ("algo.name", "steps") to values applied on top.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise ConfigError(f"config file {path} does not exist")
+    text = path.read_text()
+    if path.suffix == ".toml":
+        try:
+            import tomllib
+        except ImportError:  # Python 3.10
+            try:
+                import tomli as tomllib  # type: ignore[no-redef]
+            except ImportError as e:
+                raise DependencyNotInstalled("tomli (TOML on Python 3.10)", "pip install tomli") from e
+        d = tomllib.loads(text)
+    elif path.suffix in (".yaml", ".yml"):
+        try:
+            import yaml
+        except ImportError as e:
+            raise DependencyNotInstalled("pyyaml", "pip install pyyaml") from e
+        d = yaml.safe_load(text) or {}
+    elif path.suffix == ".json":
+        d = json.loads(text)
+    else:
+        raise ConfigError(f"config file {path} must end in .toml, .yaml/.yml or .json")
+    for key, value in (overrides or {}).items():
+        *head, last = key.split(".")
+        node = d
+        for part in head:
+            node = node.setdefault(part, {})
+        node[last] = value
+    return TrainConfig.from_dict(d)

@@ -1,0 +1,498 @@
+"""The training loop: collect trees with the BranchingRunner, compute advantages, update the policy.
+
+One step:
+
+1. draw the step's candidate prompts from the task pool (a pure function of
+   (seed, step), so a resumed run draws the same ones);
+2. ``runner.run_step``: allocation, root rollouts, replays; the runner also updates the
+   predictor on the finished trees (``RunnerConfig.update_predictor``), so the trainer
+   does not update it a second time;
+3. advantages (`trace_gym.trainers.advantages`) -> samples from the recorded token ids
+   (`trace_gym.trainers.data`);
+4. old logprobs recomputed by the trainer in one no-grad pass (the generator's logprobs
+   are kept only for the mismatch diagnostic and the optional truncated importance
+   weight); then ``epochs`` passes of mini-batches, each accumulated over micro-batches
+   with the whole mini-batch's normaliser, one AdamW step per mini-batch;
+5. weight sync to the generator (`trace_gym.trainers.sync`). The in-process HF policy
+   (`trace_gym.agents.hf.HFPolicy`) generates with *the same module object* the trainer
+   updates (LoRA adapters included), so there is nothing to copy; a generator with its
+   own weights either exposes ``sync_weights(model)`` or is a vLLM engine whose model
+   gets the new weights through ``load_weights`` (a best-effort hook on vLLM internals);
+6. metrics to JSONL + TensorBoard, periodic evaluation, an atomic checkpoint.
+
+Checkpoints (``out_dir/checkpoints/step_NNNNNN``) hold the trainable weights, the
+optimiser, the predictor, the runner's visit histories, the RNG states and the step.
+They are written into a temporary directory and moved into place with ``os.replace``;
+``latest`` is updated the same way, so a run killed at any moment resumes from the last
+complete step and replays the following steps with the same data.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import pickle
+import random
+import shutil
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+from trace_gym.trainers.advantages import compute_advantages
+from trace_gym.trainers.config import PolicyConfig, TrainConfig
+from trace_gym.trainers.data import Sample, collate, sample_from_unit
+from trace_gym.trainers.sync import sync_weights
+
+from trace_gym.core import unwrap
+from trace_gym.errors import ConfigError, DependencyNotInstalled
+from trace_gym.tree import RolloutTree, batch_metrics, save_trees
+
+__all__ = ["Trainer", "build_policy", "load_trainer_model"]
+
+log = logging.getLogger(__name__)
+
+
+def _torch():
+    try:
+        import torch
+    except ImportError as e:
+        raise DependencyNotInstalled("torch", 'pip install "trace-gym[train]"') from e
+    return torch
+
+
+def build_policy(cfg: PolicyConfig) -> Any:
+    """An `HFPolicy` for kind "tiny" (the locally built tiny model) or "hf" (a model path)."""
+    sampling = dict(
+        temperature=cfg.temperature,
+        top_p=cfg.top_p,
+        max_new_tokens=cfg.max_new_tokens,
+        max_context=cfg.max_context,
+        max_batch=cfg.gen_batch,
+    )
+    if cfg.kind == "tiny":
+        from trace_gym.agents.tiny import TinyConfig, load_tiny_policy
+
+        tiny = dict(cfg.tiny)
+        if "envs" in tiny:
+            tiny["envs"] = tuple(tiny["envs"])
+        return load_tiny_policy(TinyConfig(**tiny), **sampling)
+    if cfg.kind == "hf":
+        from trace_gym.agents.hf import HFPolicy
+
+        return HFPolicy.from_pretrained(cfg.path, device=cfg.device, dtype=cfg.dtype, **sampling)
+    if cfg.kind == "vllm":
+        from trace_gym.agents.hf import SamplingConfig
+        from trace_gym.agents.vllm_backend import VLLMPolicy
+
+        return VLLMPolicy(cfg.path, sampling=SamplingConfig(**sampling), **cfg.vllm)
+    raise ConfigError("policy.kind = 'custom' needs the policy object: Trainer(config, policy=...)")
+
+
+def load_trainer_model(cfg: PolicyConfig) -> Any:
+    """The trainable HF model at ``cfg.path`` (for generators that keep their own weights)."""
+    torch = _torch()
+    if not cfg.path:
+        raise ConfigError("the policy has no trainable module (policy.model); set policy.path to load one")
+    from transformers import AutoModelForCausalLM
+
+    dtype = getattr(torch, cfg.dtype) if cfg.dtype else (torch.bfloat16 if cfg.device.startswith("cuda") else torch.float32)
+    return AutoModelForCausalLM.from_pretrained(cfg.path, dtype=dtype).to(cfg.device)
+
+
+def apply_lora(model: Any, cfg: PolicyConfig) -> Any:
+    """Wrap `model` with peft LoRA adapters (only they are trained)."""
+    try:
+        from peft import LoraConfig, get_peft_model
+    except ImportError as e:
+        raise DependencyNotInstalled("peft", "pip install peft") from e
+    lora = LoraConfig(r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
+                      target_modules=list(cfg.lora_targets), task_type="CAUSAL_LM")
+    return get_peft_model(model, lora)
+
+
+class Trainer:
+    """Runs `TrainConfig`: rollouts by the BranchingRunner, updates by the configured optimiser.
+
+    `policy` (kind "custom"), `env_factory`, `allocator` and `predictor` may be passed in
+    to override what the config would build.
+    """
+
+    def __init__(
+        self,
+        config: TrainConfig,
+        *,
+        policy: Any = None,
+        env_factory: Callable[[], gym.Env] | None = None,
+        allocator: Any = None,
+        predictor: Any = None,
+    ):
+        torch = _torch()
+        from trace_gym.alloc import make_allocator
+        from trace_gym.distributed import make_runner
+        from trace_gym.runner import RunnerConfig
+
+        self.config = cfg = config
+        self.out = Path(cfg.out_dir)
+        self.out.mkdir(parents=True, exist_ok=True)
+        torch.manual_seed(cfg.seed)
+        self.policy = policy if policy is not None else build_policy(cfg.policy)
+        # an in-process HF policy is trained directly; a generator without a module of its
+        # own (vLLM) gets a trainer copy loaded from the same path, synced every step
+        model = getattr(self.policy, "model", None)
+        if model is None:
+            model = load_trainer_model(cfg.policy)
+        if cfg.policy.lora:
+            shared = getattr(self.policy, "model", None) is model
+            model = apply_lora(model, cfg.policy)
+            if shared:
+                self.policy.model = model
+        if cfg.policy.gradient_checkpointing:
+            if hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5
+                model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+            else:
+                model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            if cfg.policy.lora:
+                model.enable_input_require_grads()
+        self.model = model
+        self.sync_mode = sync_weights(self.policy, model)
+        self.ref_model = None
+        if cfg.algo.kl_coef > 0 and not cfg.policy.lora:
+            import copy
+
+            self.ref_model = copy.deepcopy(model).eval().requires_grad_(False)
+        params = [p for p in model.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(params, lr=cfg.optim.lr, weight_decay=cfg.optim.weight_decay, betas=cfg.optim.betas)
+
+        ro = cfg.rollout
+        self.env_factory = env_factory or (lambda: gym.make(ro.env_id, **ro.env_kwargs))
+        probe = self.env_factory()
+        self.task_ids = list(unwrap(probe).task_ids)
+        probe.close()
+        if ro.train_tasks is not None:
+            self.task_ids = self.task_ids[: ro.train_tasks]
+        self.allocator = allocator or make_allocator(ro.allocator, m_max=ro.m_max, group_size=ro.group_size, **ro.allocator_kwargs)
+        if predictor is None and ro.predictor:
+            from trace_gym.predict import make_predictor
+
+            predictor = make_predictor(ro.predictor, **ro.predictor_kwargs)
+        rc = RunnerConfig(root_budget=ro.root_budget, replays_per_root=ro.replays_per_root, m_max=ro.m_max,
+                          replay_cost=ro.replay_cost, max_batch=ro.max_batch, seed=cfg.seed)
+        self.runner = make_runner(self.policy, self.env_factory, self.allocator, predictor, rc,
+                                  ray_address=ro.ray_address, num_workers=ro.ray_workers)
+        self.step = 0  # next step to run
+        self._tb = None
+        self.history: list[dict[str, Any]] = []
+
+    # ------------------------------------------------------------------ data
+    def candidates(self, step: int) -> list[str]:
+        """The step's candidate prompts: a pure function of (seed, step)."""
+        from trace_gym.runner import stable_seed
+
+        rng = np.random.default_rng(stable_seed("candidates", self.config.seed, step))
+        k = min(self.config.rollout.candidates_per_step, len(self.task_ids))
+        return [self.task_ids[i] for i in sorted(rng.choice(len(self.task_ids), size=k, replace=False))]
+
+    def samples(self, trees: Sequence[RolloutTree]) -> tuple[list[Sample], dict[str, float]]:
+        """Advantages -> samples; drops zero-advantage units and over-long samples (counted)."""
+        a = self.config.algo
+        units = compute_advantages(a.name, trees, std=a.std, eps=a.eps, prompt_weight=a.prompt_weight)
+        n_units = len(units)
+        if a.skip_zero_advantage:
+            units = [u for u in units if abs(u.advantage) > 1e-8]
+        out, too_long, no_tokens = [], 0, 0
+        for u in units:
+            s = sample_from_unit(trees[u.tree], u)
+            if len(s.input_ids) > self.config.optim.max_seq_len:
+                too_long += 1
+            elif s.num_trained == 0:
+                no_tokens += 1
+            else:
+                out.append(s)
+        return out, {"units": n_units, "samples": len(out), "dropped_too_long": too_long, "dropped_no_tokens": no_tokens}
+
+    # ------------------------------------------------------------------ update
+    def _forward(self, model: Any, batch: Any) -> tuple[Any, Any]:
+        """Per-token logprobs [B, T] (temperature-scaled like the generator) and logits."""
+        from trace_gym.trainers.losses import token_logprobs
+
+        dev = next(model.parameters()).device
+        logits = model(input_ids=batch.input_ids.to(dev), attention_mask=batch.attention_mask.to(dev), use_cache=False).logits
+        logits = logits / self.config.policy.temperature
+        return token_logprobs(logits, batch.input_ids.to(dev)), logits
+
+    def _logprobs_no_grad(self, samples: list[Sample], reference: bool = False) -> list[Any]:
+        torch = _torch()
+        out = []
+        mbs = self.config.optim.micro_batch_size
+        model = self.ref_model if (reference and self.ref_model is not None) else self.model
+        with torch.no_grad():
+            for i in range(0, len(samples), mbs):
+                chunk = samples[i : i + mbs]
+                batch = collate(chunk, self._pad_id())
+                if reference and self.ref_model is None:  # LoRA: the base model is the reference
+                    with self.model.disable_adapter():
+                        lp, _ = self._forward(model, batch)
+                else:
+                    lp, _ = self._forward(model, batch)
+                out += [lp[j, : len(s.input_ids)].float().cpu() for j, s in enumerate(chunk)]
+        return out
+
+    def _pad_id(self) -> int:
+        tok = getattr(self.policy, "tokenizer", None)
+        pad = getattr(tok, "pad_token_id", None)
+        return int(pad) if pad is not None else 0
+
+    def update(self, samples: list[Sample], step: int) -> dict[str, float]:
+        """Old logprobs, then mini-batched clipped-PG updates with gradient accumulation."""
+        torch = _torch()
+        from trace_gym.trainers.losses import entropy_from_logits, policy_loss
+
+        from trace_gym.runner import stable_seed
+
+        cfg, a, o = self.config, self.config.algo, self.config.optim
+        self.model.eval()
+        old = self._logprobs_no_grad(samples)
+        ref = self._logprobs_no_grad(samples, reference=True) if a.kl_coef > 0 else None
+        self.model.train()
+        dev = next(self.model.parameters()).device
+
+        def pad(rows: list[Any], t: int) -> Any:
+            return torch.stack([torch.nn.functional.pad(r, (0, t - len(r))) for r in rows]).to(dev)
+
+        rng = np.random.default_rng(stable_seed("minibatch", cfg.seed, step))
+        mini = o.mini_batch_size or len(samples)
+        stats = {"loss": [], "pg_loss": [], "kl": [], "clip_frac": [], "ratio": [], "entropy": [], "grad_norm": []}
+        mismatch, mismatch_n, opt_steps = 0.0, 0.0, 0
+        for _ in range(o.epochs):
+            order = rng.permutation(len(samples))
+            for start in range(0, len(order), mini):
+                idx = order[start : start + mini]
+                tokens = float(sum(samples[i].num_trained for i in idx))
+                norm = {"tokens": tokens, "seqs": float(len(idx)), "constant": float(len(idx) * a.dr_grpo_len)}
+                self.optimizer.zero_grad(set_to_none=True)
+                for m0 in range(0, len(idx), o.micro_batch_size):
+                    mid = idx[m0 : m0 + o.micro_batch_size]
+                    chunk = [samples[i] for i in mid]
+                    batch = collate(chunk, self._pad_id())
+                    t = batch.input_ids.shape[1]
+                    logp, logits = self._forward(self.model, batch)
+                    old_lp = pad([old[i] for i in mid], t)
+                    mask = batch.loss_mask.to(dev)
+                    is_w = None
+                    gen = batch.gen_logprobs.to(dev)
+                    known = mask * (gen != 0).float()
+                    if a.tis_cap is not None:
+                        is_w = torch.where(known > 0, torch.clamp(torch.exp(old_lp - gen), max=a.tis_cap), torch.ones_like(gen))
+                    out = policy_loss(
+                        logp, old_lp, batch.advantages.to(dev), mask, batch.weights.to(dev),
+                        ref_logp=None if ref is None else pad([ref[i] for i in mid], t),
+                        is_weights=is_w, clip_low=a.clip_low, clip_high=a.clip_high, dual_clip=a.dual_clip,
+                        kl_coef=a.kl_coef, aggregation=a.aggregation, **norm,
+                    )
+                    out.loss.backward()
+                    with torch.no_grad():
+                        n = float(mask.sum())
+                        ent = float((entropy_from_logits(logits.detach()) * mask).sum()) / max(n, 1.0)
+                        mismatch += float(((old_lp - gen).abs() * known).sum())
+                        mismatch_n += float(known.sum())
+                    for k, v in (("loss", float(out.loss.detach())), ("pg_loss", out.pg_loss), ("kl", out.kl),
+                                 ("clip_frac", out.clip_frac), ("ratio", out.ratio_mean), ("entropy", ent)):
+                        stats[k].append((v, n))
+                params = [p for p in self.model.parameters() if p.requires_grad]
+                gn = torch.nn.utils.clip_grad_norm_(params, o.grad_clip) if o.grad_clip > 0 else torch.tensor(0.0)
+                stats["grad_norm"].append((float(gn), 1.0))
+                opt_steps += 1
+                self.optimizer.step()
+        self.model.eval()
+        res = {}
+        for k, vals in stats.items():
+            w = sum(n for _, n in vals)
+            res[k] = sum(v * n for v, n in vals) / w if w else 0.0
+        # micro-batch losses are shares of their mini-batch loss: sum, then mean over optimiser steps
+        res["loss"] = sum(v for v, _ in stats["loss"]) / max(opt_steps, 1)
+        res["optimizer_steps"] = float(opt_steps)
+        res["logprob_mismatch"] = mismatch / mismatch_n if mismatch_n else 0.0
+        res["trained_tokens"] = float(sum(s.num_trained for s in samples))
+        return res
+
+    # ------------------------------------------------------------------ step
+    def train_step(self, step: int) -> dict[str, Any]:
+        """Collect, update, sync; returns the step's metrics."""
+        t0 = time.perf_counter()
+        result = self.runner.run_step(step, self.candidates(step))
+        t_roll = time.perf_counter() - t0
+        trees, rep = result.trees, result.report
+        if self.config.save_trees:
+            save_trees(trees, self.out / "trees" / f"step_{step:06d}.jsonl.gz")
+        t1 = time.perf_counter()
+        samples, counts = self.samples(trees)
+        upd = self.update(samples, step) if samples else {}
+        self.sync_mode = sync_weights(self.policy, self.model)
+        t_train = time.perf_counter() - t1
+        bm = batch_metrics(trees)
+        m: dict[str, Any] = {
+            "step": step,
+            "reward": bm["success_rate"],
+            "effective_ratio": bm["effective_ratio"],
+            "mixed_groups": bm["mixed_groups"],
+            "mixed_anchors": bm["mixed_anchors"],
+            "contrastive_pairs": bm["contrastive_pairs"],
+            "prompts": bm["prompts"],
+            "leaves": bm["leaves"],
+            "roots": rep.roots,
+            "replays": rep.replays,
+            "accounted_cost": rep.accounted_cost,
+            "generated_tokens": rep.generated_tokens,
+            "failed_branches": rep.failed_branches,
+            **counts,
+            **upd,
+            "gen_tokens_per_s": rep.generated_tokens / t_roll if t_roll > 0 else 0.0,
+            "train_tokens_per_s": upd.get("trained_tokens", 0.0) / t_train if t_train > 0 else 0.0,
+            "time_rollout_s": t_roll,
+            "time_train_s": t_train,
+            **{f"time_rollout_{k}_s": v for k, v in rep.time_s.items()},
+            **{f"predictor_{k}": v for k, v in rep.predictor_update.items()},
+        }
+        return m
+
+    def run(self) -> list[dict[str, Any]]:
+        """Train from the latest checkpoint (or from scratch) to `config.steps`."""
+        from tqdm.auto import tqdm
+
+        cfg = self.config
+        if cfg.resume:
+            self.load()
+        bar = tqdm(total=cfg.steps, initial=self.step, disable=not cfg.progress, desc="train")
+        try:
+            while self.step < cfg.steps:
+                step = self.step
+                m = self.train_step(step)
+                if cfg.eval_every and (step + 1) % cfg.eval_every == 0:
+                    t = time.perf_counter()
+                    m.update({f"eval_{k}": v for k, v in self.evaluate().items()})
+                    m["time_eval_s"] = time.perf_counter() - t
+                self.step = step + 1
+                if (cfg.save_every and self.step % cfg.save_every == 0) or self.step == cfg.steps:
+                    t = time.perf_counter()
+                    self.save()
+                    m["time_checkpoint_s"] = time.perf_counter() - t
+                self._log(m)
+                bar.update(1)
+                bar.set_postfix(reward=f"{m['reward']:.3f}", eff=f"{m['effective_ratio']:.2f}")
+        finally:
+            bar.close()
+            if self._tb is not None:
+                self._tb.flush()
+        return self.history
+
+    # ------------------------------------------------------------------ evaluation
+    def evaluate(self) -> dict[str, float]:
+        """Success rate on the first `eval_tasks` tasks x `eval_samples` episodes (fixed seeds).
+
+        Uses the shared evaluator, `trace_gym.agents.evaluate.evaluate` (seeds from
+        (seed, task, sample, turn) only, so the same weights always score the same).
+        """
+        from trace_gym.agents.evaluate import evaluate
+
+        cfg = self.config
+        k = cfg.eval_samples
+        s = evaluate(self.policy, self.env_factory, self.task_ids[: cfg.eval_tasks], k=k, seed=cfg.seed).summary
+        return {"success": s[f"mean@{k}"], "pass": s[f"pass@{k}"], "turns": s["avg_turns"],
+                "tokens": s["avg_tokens"], "errors": s["errors"], "overflows": s["overflows"]}
+
+    # ------------------------------------------------------------------ logging
+    def _log(self, m: dict[str, Any]) -> None:
+        self.history.append(m)
+        with open(self.out / "metrics.jsonl", "a") as f:
+            f.write(json.dumps(m, default=float) + "\n")
+        if self.config.tensorboard:
+            if self._tb is None:
+                try:
+                    from torch.utils.tensorboard import SummaryWriter
+                except ImportError:  # tensorboard missing: JSONL only
+                    log.warning("tensorboard is not installed; metrics go to metrics.jsonl only")
+                    self.config.tensorboard = False
+                    return
+                self._tb = SummaryWriter(str(self.out / "tb"))
+            for k, v in m.items():
+                if isinstance(v, (int, float)) and k != "step" and np.isfinite(v):
+                    self._tb.add_scalar(k, v, m["step"])
+
+    # ------------------------------------------------------------------ checkpoints
+    @property
+    def ckpt_root(self) -> Path:
+        return self.out / "checkpoints"
+
+    def save(self) -> Path:
+        """Write a complete checkpoint for `self.step` atomically; prune old ones."""
+        torch = _torch()
+        root = self.ckpt_root
+        root.mkdir(parents=True, exist_ok=True)
+        final = root / f"step_{self.step:06d}"
+        tmp = root / f".tmp-{final.name}-{os.getpid()}"
+        if tmp.exists():
+            shutil.rmtree(tmp)
+        tmp.mkdir()
+        weights = {n: p.detach().cpu() for n, p in self.model.named_parameters() if p.requires_grad}
+        torch.save({"weights": weights, "optimizer": self.optimizer.state_dict()}, tmp / "trainer.pt")
+        rng = {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}
+        if torch.cuda.is_available():
+            rng["cuda"] = torch.cuda.get_rng_state_all()
+        with open(tmp / "state.pkl", "wb") as f:
+            pickle.dump({"step": self.step, "rng": rng, "predictor": self.runner.predictor,
+                         "history": self.runner.history, "config": self.config.to_dict()}, f)
+        if final.exists():
+            shutil.rmtree(final)
+        os.replace(tmp, final)
+        pointer = root / f".latest-{os.getpid()}"
+        pointer.write_text(final.name)
+        os.replace(pointer, root / "latest")
+        done = sorted(p for p in root.glob("step_*") if p.is_dir())
+        for old in done[: -self.config.keep_checkpoints]:
+            shutil.rmtree(old, ignore_errors=True)
+        return final
+
+    def load(self) -> bool:
+        """Restore the latest complete checkpoint, if any; True when one was loaded."""
+        torch = _torch()
+        pointer = self.ckpt_root / "latest"
+        if not pointer.exists():
+            return False
+        path = self.ckpt_root / pointer.read_text().strip()
+        blob = torch.load(path / "trainer.pt", map_location="cpu", weights_only=False)
+        missing = set(blob["weights"]) - {n for n, _ in self.model.named_parameters()}
+        if missing:
+            raise ConfigError(f"checkpoint {path} does not match the model (unknown weights {sorted(missing)[:3]}...)")
+        with torch.no_grad():
+            params = dict(self.model.named_parameters())
+            for n, w in blob["weights"].items():
+                params[n].copy_(w)
+        self.optimizer.load_state_dict(blob["optimizer"])
+        with open(path / "state.pkl", "rb") as f:
+            state = pickle.load(f)
+        self.step = int(state["step"])
+        self.runner.predictor = state["predictor"]
+        self.runner.history = state["history"]
+        torch.set_rng_state(state["rng"]["torch"])
+        np.random.set_state(state["rng"]["numpy"])
+        random.setstate(state["rng"]["python"])
+        if "cuda" in state["rng"] and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(state["rng"]["cuda"])
+        self._truncate_metrics()
+        sync_weights(self.policy, self.model)
+        log.info("resumed from %s (next step %d)", path, self.step)
+        return True
+
+    def _truncate_metrics(self) -> None:
+        """Drop metric rows of steps after the checkpoint (they will be rerun)."""
+        path = self.out / "metrics.jsonl"
+        if not path.exists():
+            return
+        rows = [line for line in path.read_text().splitlines() if line.strip() and json.loads(line)["step"] < self.step]
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text("".join(r + "\n" for r in rows))
+        os.replace(tmp, path)
