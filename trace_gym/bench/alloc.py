@@ -72,7 +72,7 @@ class BenchConfig:
     seeds: int = 1
     #: allocation policies (empty: every registered one)
     policies: tuple[str, ...] = ()
-    predictor: str = "features"
+    predictor: str = "bayes"
     #: fixed group size of uniform/flat policies
     group_size: int = 8
     m_max: int = 16
@@ -464,7 +464,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--policies", default="", help="comma-separated allocation policies (default: all)"
     )
-    p.add_argument("--predictor", default="features", choices=("features", "empirical", "constant"))
+    p.add_argument(
+        "--predictor",
+        default="bayes",
+        choices=("bayes", "features", "empirical", "constant"),
+        help="predictor every policy learns online (default bayes: the features text model + per-prompt visit counts)",
+    )
     p.add_argument("--group-size", type=int, default=8, help="group size of fixed-group policies")
     p.add_argument("--m-max", type=int, default=16, help="most root rollouts per prompt")
     p.add_argument(

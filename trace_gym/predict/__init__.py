@@ -2,6 +2,8 @@
 
 - ``empirical``: per-prompt Beta posteriors from past visits;
 - ``features``: hashed text n-grams of the shared serialisation + online logistic regression;
+- ``bayes``: the ``features`` text model as a prior, combined with each prompt's visit
+  counts (Beta posterior), with uncertainty-aware prompt values for allocation;
 - ``constant``: 0.5 everywhere (the no-information baseline).
 
 `make_predictor(name, **kwargs)` builds one; `training_batch` turns finished trees into
@@ -14,6 +16,7 @@ from typing import Any
 
 from trace_gym.errors import unknown
 from trace_gym.predict.base import Predictor, State, serialize, states_from_tree
+from trace_gym.predict.bayes import BayesPredictor
 from trace_gym.predict.constant import ConstantPredictor
 from trace_gym.predict.critic import CriticPredictor
 from trace_gym.predict.empirical import EmpiricalPredictor
@@ -22,6 +25,7 @@ from trace_gym.predict.training import TrainingBatch, quality_by_depth, spearman
 
 __all__ = [
     "PREDICTORS",
+    "BayesPredictor",
     "ConstantPredictor",
     "EmpiricalPredictor",
     "FeaturePredictor",
@@ -40,6 +44,7 @@ __all__ = [
 PREDICTORS: dict[str, type] = {
     "empirical": EmpiricalPredictor,
     "features": FeaturePredictor,
+    "bayes": BayesPredictor,
     "constant": ConstantPredictor,
     "critic": CriticPredictor,
 }
