@@ -40,7 +40,7 @@ def _equal(a: Any, b: Any) -> bool:
     if isinstance(a, dict) and isinstance(b, dict):
         return a.keys() == b.keys() and all(_equal(a[k], b[k]) for k in a)
     if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
-        return len(a) == len(b) and all(_equal(x, y) for x, y in zip(a, b))
+        return len(a) == len(b) and all(_equal(x, y) for x, y in zip(a, b, strict=True))
     if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
         return np.array_equal(np.asarray(a), np.asarray(b), equal_nan=True)
     if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
@@ -125,7 +125,7 @@ def check_checkpoint(
             # same instance, fast handle allowed
             base.restore(ck)
             got = _play(base, actions[t:])
-            for i, (w, g) in enumerate(zip(records[t:], got)):
+            for i, (w, g) in enumerate(zip(records[t:], got, strict=False)):
                 _compare(f"restore at turn {t} (same env), replayed step {t + i}", w, g, volatile)
             if len(got) != len(records[t:]):
                 raise CheckpointContractError(f"restore at turn {t}: episode length differs after restore")
@@ -133,13 +133,13 @@ def check_checkpoint(
             portable = pickle.loads(pickle.dumps(ck))
             base.restore(portable)
             got = _play(base, actions[t:])
-            for i, (w, g) in enumerate(zip(records[t:], got)):
+            for i, (w, g) in enumerate(zip(records[t:], got, strict=False)):
                 _compare(f"restore at turn {t} (pickled), replayed step {t + i}", w, g, volatile)
             if fresh_env is not None:
                 fresh = unwrap(fresh_env)
                 fresh.restore(pickle.loads(pickle.dumps(ck)))
                 got = _play(fresh, actions[t:])
-                for i, (w, g) in enumerate(zip(records[t:], got)):
+                for i, (w, g) in enumerate(zip(records[t:], got, strict=False)):
                     _compare(f"restore at turn {t} (fresh env, pickled), replayed step {t + i}", w, g, volatile)
                 if len(got) != len(records[t:]):
                     raise CheckpointContractError(f"restore at turn {t} (fresh env): episode length differs")

@@ -169,7 +169,7 @@ class BranchingRunner:
             raise ConfigError("run_step needs at least one candidate task id")
         cfg = self.config
         sw = Stopwatch()
-        report = StepReport(step=step, candidates=len(ids), replay_cost=cfg.replay_cost)
+        report = self._new_report(step, len(ids))
         history = self.history if history is None else history
         self._tell_step(step)
         self._sw, self._step = sw, step
@@ -185,7 +185,7 @@ class BranchingRunner:
             for w, b in zip(works, shares, strict=True):
                 w.replay_budget = int(b)
 
-        StepScheduler(self, step, report, sw).run(works)
+        extra_envs = self._run_works(step, works, report, sw) if works else 0
 
         trees = [w.tree for w in works]
         for t in trees:
@@ -194,9 +194,21 @@ class BranchingRunner:
         if self.predictor is not None and cfg.update_predictor and trees:
             report.predictor_update = self._update_predictor(trees, step)
         report.accounted_cost = report.roots + report.replays * cfg.replay_cost
-        report.env_instances = self.pool.made
+        report.env_instances = self.pool.made + extra_envs
         report.wall_s, report.time_s = sw.finish()
         return StepResult(trees, report)
+
+    def _new_report(self, step: int, candidates: int) -> StepReport:
+        """The step's report (subclasses return a richer one)."""
+        return StepReport(step=step, candidates=candidates, replay_cost=self.config.replay_cost)
+
+    def _run_works(self, step: int, works: list, report: StepReport, sw: Stopwatch) -> int:
+        """Roll out and expand every prompt (fills ``w.tree``); returns env instances made elsewhere.
+
+        The one stage a distributed runner replaces (`trace_gym.distributed.RayRunner`).
+        """
+        StepScheduler(self, step, report, sw).run(works)
+        return 0
 
     def _tell_step(self, step: int) -> None:
         """Tell step-aware parts (the simulator's drifting skill) the training step."""

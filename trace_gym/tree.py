@@ -275,7 +275,7 @@ class RolloutTree:
             s = [self.nodes[c].num_success for c in anchor.children]
             f = [self.nodes[c].num_leaves - self.nodes[c].num_success for c in anchor.children]
             # pairs across different children: total S*F minus pairs inside one child
-            pairs = sum(s) * sum(f) - sum(si * fi for si, fi in zip(s, f))
+            pairs = sum(s) * sum(f) - sum(si * fi for si, fi in zip(s, f, strict=True))
             out[anchor.id] = pairs
         return out
 

@@ -40,20 +40,19 @@ import logging
 import math
 import os
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
 import gymnasium as gym
 
-from trace_gym.alloc import split_budget
-from trace_gym.alloc.base import Allocator, VisitHistory
+from trace_gym.alloc.base import Allocator
 from trace_gym.budget import TIME_BUCKETS, StepReport, Stopwatch
 from trace_gym.distributed.worker import RolloutWorker, ShardResult, WorkerPolicy, dumps, loads
 from trace_gym.errors import ConfigError, DependencyNotInstalled, TraceGymError
 from trace_gym.policy import Policy
 from trace_gym.predict.base import Predictor
-from trace_gym.runner import BranchingRunner, RunnerConfig, StepResult
+from trace_gym.runner import BranchingRunner, RunnerConfig
 from trace_gym.scheduling import PromptWork
 
 __all__ = [
@@ -259,50 +258,15 @@ class RayRunner(BranchingRunner):
             self._started_ray = False
 
     # ------------------------------------------------------------------ step
-    def run_step(
-        self,
-        step: int,
-        candidates: Sequence[str],
-        *,
-        history: Mapping[str, VisitHistory] | None = None,
-    ) -> StepResult:
-        """Score and allocate here, roll out and expand on the workers, update here."""
-        # mirrors BranchingRunner.run_step; only the StepScheduler line became _dispatch
-        ids = [str(c) for c in candidates]
-        if len(set(ids)) != len(ids):
-            raise ConfigError("candidate task ids must be unique within a step")
-        if not ids:
-            raise ConfigError("run_step needs at least one candidate task id")
-        cfg = self.config
-        sw = Stopwatch()
-        report = DistributedStepReport(step=step, candidates=len(ids), replay_cost=cfg.replay_cost)
-        history = self.history if history is None else history
-        self._tell_step(step)
-        self._sw, self._step = sw, step
+    # `BranchingRunner.run_step` scores and allocates here; only the rollout stage
+    # (`_run_works`) runs on the workers, and the predictor is updated here afterwards.
+    def _new_report(self, step: int, candidates: int) -> DistributedStepReport:
+        return DistributedStepReport(step=step, candidates=candidates, replay_cost=self.config.replay_cost)
 
-        works = self._allocate_roots(ids, history)
-        report.selected = len(works)
-        report.roots = sum(len(w.roots) for w in works)
-        branching = bool(getattr(self.allocator, "branching", True))
-        report.replay_budget = cfg.replay_budget if branching and works else 0
-        if works and report.replay_budget:
-            with sw("allocator"):
-                shares = split_budget([len(w.roots) for w in works], report.replay_budget)
-            for w, b in zip(works, shares, strict=True):
-                w.replay_budget = int(b)
-
-        worker_envs = self._dispatch(step, works, report, sw) if works else 0
-
-        trees = [w.tree for w in works]
-        for t in trees:
-            t.compute_targets()
-        self._update_history(works)
-        if self.predictor is not None and cfg.update_predictor and trees:
-            report.predictor_update = self._update_predictor(trees, step)
-        report.accounted_cost = report.roots + report.replays * cfg.replay_cost
-        report.env_instances = self.pool.made + worker_envs
-        report.wall_s, report.time_s = sw.finish()
-        return StepResult(trees, report)
+    def _run_works(
+        self, step: int, works: list[PromptWork], report: DistributedStepReport, sw: Stopwatch
+    ) -> int:
+        return self._dispatch(step, works, report, sw)
 
     def _dispatch(
         self, step: int, works: list[PromptWork], report: DistributedStepReport, sw: Stopwatch
