@@ -211,11 +211,18 @@ def fork_keeping_rng() -> int:
 
 
 def double_fork() -> bool:
-    """Fork a grandchild that is reparented to init; True in the grandchild."""
+    """Fork a grandchild that is reparented to init; True in the grandchild.
+
+    Raises OSError (in the caller only) when the first fork fails; when the second one
+    fails the child just exits, so no copy of the caller goes on serving its channel.
+    """
     pid = fork_keeping_rng()
     if pid == 0:
-        if fork_keeping_rng() == 0:
-            return True
+        try:
+            if fork_keeping_rng() == 0:
+                return True
+        except OSError:
+            pass
         os._exit(0)
     os.waitpid(pid, 0)
     return False
@@ -237,7 +244,15 @@ def serve_live(chan: socket.socket, interp: Interpreter) -> None:
                 os._exit(0)  # a process the cell forked came back here: it must not answer
             send(chan, {**reply, "seq": msg.get("seq")})
         elif op == "fork" and fds:
-            if double_fork():
+            try:
+                parked = double_fork()
+            except OSError as e:
+                # no process left under the limits (e.g. a fork bomb's children are still
+                # exiting): no snapshot this time, but the live interpreter and its state
+                # must survive; the env sees the snapshot channel close and replays on restore
+                _log("snapshot fork failed", e)
+                parked = False
+            if parked:
                 chan.close()
                 os.setpgid(0, 0)
                 park(socket.socket(fileno=fds[0]), interp, fds[1] if len(fds) > 1 else None)
@@ -271,7 +286,12 @@ def park(chan: socket.socket, interp: Interpreter, spare_fd: int | None = None) 
 
 def spawn(chan: socket.socket, interp: Interpreter, fd: int, seed: int | None) -> None:
     """Fork a live interpreter that serves requests on `fd` (the parent closes `fd`)."""
-    if fork_keeping_rng() == 0:
+    try:
+        pid = fork_keeping_rng()
+    except OSError as e:  # at the process limit: keep this snapshot; the env sees `fd` close
+        _log("spawn failed", e)
+        pid = -1
+    if pid == 0:
         chan.close()
         os.setpgid(0, 0)
         if seed is not None:
@@ -430,11 +450,24 @@ def private_mounts(cfg: dict) -> bool:
     if _libc.mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None) != 0:
         return False
     opts = f"size={cfg['tmpfs_mb']}m,mode=1777".encode()
+    covered = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock")
+    # a virtual environment (or checkout) under /tmp would vanish under the fresh tmpfs:
+    # hold each such Python directory open and bind it back at its own path afterwards
+    held = [
+        (p, os.open(p, os.O_PATH | os.O_DIRECTORY))
+        for p in _python_paths()
+        if any(p == c or p.startswith(c + os.sep) for c in covered)
+    ]
     ok = True
-    for path in ("/tmp", "/var/tmp", "/dev/shm", "/run/lock"):
+    for path in covered:
         if os.path.isdir(path):
             if _libc.mount(b"tmpfs", path.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, opts) != 0:
                 ok = ok and path != "/tmp"
+    for path, fd in held:
+        os.makedirs(path, mode=0o755, exist_ok=True)
+        if _libc.mount(f"/proc/self/fd/{fd}".encode(), path.encode(), None, MS_BIND | MS_REC, None) != 0:
+            _log("could not re-expose", path)
+        os.close(fd)
     if ok and cfg["drop_privileges"]:
         staging = "/tmp/.python"
         os.makedirs(staging, mode=0o700, exist_ok=True)

@@ -145,6 +145,11 @@ class MathEnv(TraceEnv):
             info["status"] = "rejected"
             msg = f"Error: the code block has {len(code)} characters; the limit is {self.max_code_chars}. Nothing was run."
             return Transition(f"```output\n{msg}\n```", 0.0, False, info)
+        if self._ep.ledger and not self._sandbox.has_live:
+            # the interpreter was lost between cells (a failed snapshot fork, a process killed
+            # after its cell answered): rebuild the state from the ledger before this cell,
+            # or it would run in a pristine interpreter
+            self._rebuild()
         try:
             result = self._sandbox.run(code)
         except SandboxError as e:

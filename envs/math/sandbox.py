@@ -157,15 +157,18 @@ class _Proc:
         return self.alive()
 
     def alive(self) -> bool:
+        """Running and not already killed (a process with a SIGKILL queued counts as dead)."""
         if self.pid is None or self.killed:
             return False
         if self.pidfd is not None:
-            return not select.select([self.pidfd], [], [], 0)[0]
-        try:
-            os.kill(self.pid, 0)
-            return True
-        except OSError:
-            return False
+            if select.select([self.pidfd], [], [], 0)[0]:
+                return False
+        else:
+            try:
+                os.kill(self.pid, 0)
+            except OSError:
+                return False
+        return not _dying(self.pid)
 
     def kill(self, group: bool = False) -> None:
         self.killed = True
@@ -225,6 +228,37 @@ def _recv(chan: socket.socket, deadline: float, seq: int | None = None) -> dict 
         if not isinstance(msg, dict) or (seq is not None and msg.get("seq") != seq):
             continue  # a stale or forged message
         return msg
+
+
+_SIGKILL_BIT = 1 << (signal.SIGKILL - 1)
+
+
+def _dying(pid: int) -> bool:
+    """Whether `pid` is killed but not gone yet (a SIGKILL queued, or a zombie).
+
+    A cell's ``os.kill(-1, SIGKILL)`` queues SIGKILL on every other sandbox process (zygote,
+    snapshots, spares) before the cell answers, but each one only disappears once the
+    scheduler lets it tear down its memory, which on a loaded machine takes up to hundreds
+    of milliseconds. All that time its pidfd is not readable and ``kill(pid, 0)`` succeeds,
+    so without this check a restore picked the dying snapshot or spare (the next cell then
+    "crashed") and a replay forked from the dying zygote (the replay stopped half way and
+    the checkpoint's names were missing). The queued SIGKILL stays in ``ShdPnd`` (group
+    signals) or ``SigPnd`` until the process is reaped, so the answer does not depend on
+    timing.
+    """
+    try:
+        fd = os.open(f"/proc/{pid}/status", os.O_RDONLY)  # raw read: this is on the restore path
+        try:
+            text = os.read(fd, 1 << 16)
+        finally:
+            os.close(fd)
+        fields = dict(line.split(b":", 1) for line in text.splitlines() if line.startswith((b"State", b"SigPnd", b"ShdPnd")))
+        pending = int(fields.get(b"SigPnd", b"0"), 16) | int(fields.get(b"ShdPnd", b"0"), 16)
+        return fields.get(b"State", b"R").strip()[:1] in (b"Z", b"X") or bool(pending & _SIGKILL_BIT)
+    except (FileNotFoundError, ProcessLookupError):
+        return True
+    except (OSError, ValueError):
+        return False  # no readable /proc: trust the pidfd / kill(pid, 0) answer
 
 
 def _is_zombie(proc_path: str) -> bool:
@@ -448,11 +482,17 @@ class Sandbox:
     def replay(self, ledger: list[str] | tuple[str, ...]) -> bool:
         """A fresh interpreter that has re-run `ledger`; False if a cell failed to finish."""
         with self._lock:
-            self.fresh()
-            for code in ledger:
-                if self.run(code).status in ("timeout", "crashed"):
-                    return False
-            return True
+            for attempt in range(2):
+                if attempt:
+                    # every ledger cell finished once, so a cell dying in the replay means the
+                    # sandbox itself is broken (e.g. a cell killed its processes): replay once
+                    # more in a whole new sandbox rather than give back a half-built state
+                    log.warning("math sandbox: a ledger cell died during replay; restarting the sandbox")
+                    self.close()
+                self.fresh()
+                if all(self.run(code).status not in ("timeout", "crashed") for code in ledger):
+                    return True
+            return False
 
     def _kill_live(self) -> None:
         if self._live is not None:
@@ -500,6 +540,8 @@ class Sandbox:
             theirs.close()
 
     def _fork_from(self, parent: _Proc, seed: int | None) -> _Proc:
+        if not parent.alive():  # fail now, not after waiting for a killed parent's channel to close
+            raise SandboxError("the sandbox process to fork from is gone")
         mine, theirs = _socketpair()
         try:
             _send(parent.chan, {"op": "spawn", "seed": seed}, theirs.fileno())

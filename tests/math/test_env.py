@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 import pickle
+import signal
 import subprocess
 import sys
 
@@ -134,6 +136,19 @@ def test_timeout_rolls_back_to_the_ledger(math_env):
         assert fresh.step("```python\nprint(n, r0 == r0, random.random())\n```")[0] == obs
     finally:
         fresh.close()
+
+
+def test_interpreter_lost_between_cells_is_rebuilt_from_the_ledger(math_env):
+    math_env.reset(seed=0, options={"task": 0})
+    math_env.step("```python\nimport random\nrandom.seed(3)\nn = 5\n```")
+    expected = math_env.step("```python\nprint(n, random.random())\n```")[0]
+    math_env.reset(seed=0, options={"task": 0})
+    math_env.step("```python\nimport random\nrandom.seed(3)\nn = 5\n```")
+    # killed after its cell answered (as a failed snapshot fork or a stray kill would): the
+    # next cell must see the ledger's state, not a pristine interpreter
+    os.kill(math_env.sandbox._live.pid, signal.SIGKILL)  # noqa: SLF001 - simulate the loss
+    obs, *_, info = math_env.step("```python\nprint(n, random.random())\n```")
+    assert (obs, info["status"]) == (expected, "ok")
 
 
 def test_interpreter_is_seeded_and_isolated(math_env):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import subprocess
 import sys
 from pathlib import Path
@@ -65,6 +66,50 @@ def test_close_leaves_nothing_behind():
     sb.close()
     alive = [p for p in pids if Path(f"/proc/{p}").exists() and Path(f"/proc/{p}/stat").read_text().split()[2] != "Z"]
     assert alive == []
+
+
+def test_restore_after_kill_everything_gives_the_checkpoint_state():
+    """kill(-1) leaves the zygote and snapshots dying for a while; restore must not use them."""
+    sb = Sandbox(SandboxConfig(cell_timeout_s=3.0, max_snapshots=4))
+    sb.start()
+    try:
+        if not (sb.isolation.get("pidns") and sb.isolation.get("uid") is not None):
+            pytest.skip("kill(-1) from a cell is only contained with a PID namespace and a sandbox uid")
+        ledger = ["import random\nrandom.seed(7)\nstate = 21"]
+        expected = f"21 {random.Random(7).random()}\n"
+        for _ in range(3):
+            sb.fresh()
+            assert sb.run(ledger[0]).status == "ok"
+            snap = sb.snapshot()
+            assert sb.run("import os, signal\nos.kill(-1, signal.SIGKILL)").status == "ok"
+            # SIGKILL is queued on the zygote before the cell answers, however long it takes to die
+            assert not sb._zygote.alive()  # noqa: SLF001 - the check restore and replay rely on
+            if not sb.restore_snapshot(snap):
+                assert sb.replay(ledger)
+            r = sb.run("print(state, random.random())")
+            assert (r.status, r.output) == ("ok", expected)
+    finally:
+        sb.close()
+
+
+def test_failed_snapshot_fork_keeps_the_live_interpreter():
+    sb = Sandbox(SandboxConfig(cell_timeout_s=3.0, max_snapshots=1, extra_processes=4))
+    sb.start()
+    try:
+        if not (sb.isolation.get("cgroup") or sb.isolation.get("uid") is not None):
+            pytest.skip("without a sandbox uid or pids cgroup nothing bounds the cell's forks")
+        sb.fresh()
+        fill = (
+            "import os, time\nkids = 0\nwhile True:\n    try:\n        pid = os.fork()\n"
+            "    except OSError:\n        break\n    if pid == 0:\n        time.sleep(600)\n        os._exit(0)\n"
+            "    kids += 1\nprint(kids > 0)"
+        )
+        assert sb.run(fill).output == "True\n"
+        # every process slot is taken: the snapshot fails, but the interpreter and its state stay
+        assert sb.snapshot() is None
+        assert sb.has_live and sb.run("print(kids > 0)").output == "True\n"
+    finally:
+        sb.close()
 
 
 def test_bench_cli_smoke(tmp_path):
