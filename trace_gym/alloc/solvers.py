@@ -119,6 +119,18 @@ def clip_values(values) -> np.ndarray:
     return np.clip(_as_values(values), VALUE_EPS, 1.0 - VALUE_EPS)
 
 
+def _root_problem(values, budget, m_max: int, exact_budget: bool) -> tuple[np.ndarray, int, int]:
+    """Validated (clipped values, budget, m_max) shared by both root solvers."""
+    v = clip_values(values)
+    budget = _as_int(budget, "root budget")
+    m_max = _check_m_max(m_max)
+    if exact_budget:
+        check_root_budget(v.size, budget, m_max)
+    else:
+        budget = min(budget, v.size * m_max)
+    return v, budget, m_max
+
+
 def _as_int(x, what: str) -> int:
     if isinstance(x, bool) or not isinstance(x, numbers.Integral):
         if isinstance(x, numbers.Real) and float(x).is_integer():
@@ -242,13 +254,7 @@ def solve_roots(values: Sequence[float], budget: int, m_max: int = 16, exact_bud
     `exact_budget=False` allows sum m_i <= budget (then any budget >= 0 is accepted and
     the best total is chosen, preferring to spend more on ties).
     """
-    v = clip_values(values)
-    budget = _as_int(budget, "root budget")
-    m_max = _check_m_max(m_max)
-    if exact_budget:
-        check_root_budget(v.size, budget, m_max)
-    else:
-        budget = min(budget, v.size * m_max)
+    v, budget, m_max = _root_problem(values, budget, m_max, exact_budget)
     if budget < 2:
         counts = np.zeros(v.size, dtype=np.int64)
         return RootSolution(counts, 0.0)
@@ -272,13 +278,7 @@ def solve_roots_reference(
 
     Ties go to the smaller m of each prompt, prompts taken in order. O(P * B * m_max).
     """
-    v = clip_values(values)
-    budget = _as_int(budget, "root budget")
-    m_max = _check_m_max(m_max)
-    if exact_budget:
-        check_root_budget(v.size, budget, m_max)
-    else:
-        budget = min(budget, v.size * m_max)
+    v, budget, m_max = _root_problem(values, budget, m_max, exact_budget)
     P = v.size
     ms = np.arange(m_max + 1)
     table = root_value(v[:, None], ms[None, :])  # (P, m_max + 1)
