@@ -27,6 +27,7 @@ import numpy as np
 
 from trace_gym.errors import ConfigError
 from trace_gym.predict.base import State
+from trace_gym.predict.empirical import add_evidence
 from trace_gym.predict.features import FeaturePredictor
 
 __all__ = ["BayesPredictor"]
@@ -80,6 +81,5 @@ class BayesPredictor:
         metrics = self.text.update(states, targets, weights)
         for st, y, w in zip(states, targets, weights, strict=True):
             if st.depth == 0:
-                c = self.counts.setdefault(st.prompt_id, [0.0, 0.0])
-                c[0], c[1] = self.decay * c[0] + w * y, self.decay * c[1] + w * (1.0 - y)
+                add_evidence(self.counts, st.prompt_id, y, w, self.decay)
         return metrics

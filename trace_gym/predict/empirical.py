@@ -19,7 +19,13 @@ import numpy as np
 from trace_gym.errors import ConfigError
 from trace_gym.predict.base import State
 
-__all__ = ["EmpiricalPredictor"]
+__all__ = ["EmpiricalPredictor", "add_evidence"]
+
+
+def add_evidence(table: dict, key, y: float, w: float, decay: float) -> None:
+    """Decay `table[key]`'s [successes, failures] and add `w` leaves of success rate `y`."""
+    c = table.setdefault(key, [0.0, 0.0])
+    c[0], c[1] = decay * c[0] + w * y, decay * c[1] + w * (1.0 - y)
 
 
 class EmpiricalPredictor:
@@ -71,10 +77,9 @@ class EmpiricalPredictor:
         err = self.predict(states) - targets
         for st, y, w in zip(states, targets, weights, strict=True):
             if st.depth == 0:
-                c = self.prompts.setdefault(st.prompt_id, [0.0, 0.0])
+                add_evidence(self.prompts, st.prompt_id, y, w, self.decay)
             else:
-                c = self.prefixes.setdefault(self._key(st), [0.0, 0.0])
-            c[0], c[1] = self.decay * c[0] + w * y, self.decay * c[1] + w * (1.0 - y)
+                add_evidence(self.prefixes, self._key(st), y, w, self.decay)
         return {
             "mse": float(np.mean(err**2)) if len(err) else float("nan"),
             "n": float(len(states)),
