@@ -22,7 +22,9 @@ FIXTURE = Path(__file__).parent.parent / "fixtures"
 
 
 def _maker():
-    spec = importlib.util.spec_from_file_location("make_tree_fixture", FIXTURE / "make_tree_fixture.py")
+    spec = importlib.util.spec_from_file_location(
+        "make_tree_fixture", FIXTURE / "make_tree_fixture.py"
+    )
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
@@ -44,13 +46,17 @@ def _diff(old, new, where: str) -> str | None:
     if isinstance(old, list):
         if not isinstance(new, list) or len(new) != len(old):
             return f"{where}: length {len(old)} vs {len(new) if isinstance(new, list) else new!r}"
-        for i, (a, b) in enumerate(zip(old, new)):
+        for i, (a, b) in enumerate(zip(old, new, strict=True)):
             d = _diff(a, b, f"{where}[{i}]")
             if d:
                 return d
         return None
     if isinstance(old, float) and isinstance(new, (int, float)) and not isinstance(new, bool):
-        return None if math.isclose(old, new, rel_tol=1e-9, abs_tol=1e-12) else f"{where}: {old} vs {new}"
+        return (
+            None
+            if math.isclose(old, new, rel_tol=1e-9, abs_tol=1e-12)
+            else f"{where}: {old} vs {new}"
+        )
     return None if old == new and type(old) is type(new) else f"{where}: {old!r} vs {new!r}"
 
 
@@ -58,7 +64,7 @@ def _diff(old, new, where: str) -> str | None:
 def test_trees_match_frozen_fixture(preset):
     mod = _maker()
     grown = {}
-    for name, step, trees in mod.grow(preset):
+    for name, _step, trees in mod.grow(preset):
         grown.setdefault(name, []).extend(trees)
     files = sorted((FIXTURE / "trees_v1").glob(f"{preset}-*.jsonl.gz"))
     assert files, "the frozen fixture is missing"
@@ -68,6 +74,6 @@ def test_trees_match_frozen_fixture(preset):
         old = load_trees(f)
         new = grown[name]
         assert len(new) == len(old), f"{f.name}: {len(new)} trees instead of {len(old)}"
-        for a, b in zip(old, new):
+        for a, b in zip(old, new, strict=True):
             d = _diff(a.to_dict(), b.to_dict(), "")
             assert d is None, f"{f.name} prompt {a.prompt_id} step {a.step}: {d}"
