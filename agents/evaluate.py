@@ -59,7 +59,7 @@ class EvalResult:
 
 
 def _seed(*parts: Any) -> int:
-    from trace_gym.runner import stable_seed
+    from trace_gym.seeding import stable_seed
 
     return stable_seed("eval", *parts)
 

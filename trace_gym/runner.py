@@ -47,13 +47,12 @@ from trace_gym.scheduling import (
     Episode,
     PromptWork,
     StepScheduler,
-    branch_seed,
     set_step,
-    stable_seed,
 )
+from trace_gym.seeding import branch_seed, stable_seed
 from trace_gym.tree import RolloutTree
 
-__all__ = ["BranchingRunner", "RunnerConfig", "StepResult", "branch_seed", "stable_seed"]
+__all__ = ["BranchingRunner", "RunnerConfig", "StepResult"]
 
 log = logging.getLogger(__name__)
 

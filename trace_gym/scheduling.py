@@ -15,7 +15,6 @@ seed - do not depend on how the work was batched.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -31,6 +30,7 @@ from trace_gym.core import Checkpoint, unwrap
 from trace_gym.errors import ConfigError
 from trace_gym.policy import Conversation, PolicyOutput
 from trace_gym.predict.base import State
+from trace_gym.seeding import branch_seed, stable_seed
 from trace_gym.tree import RolloutTree, Turn
 
 if TYPE_CHECKING:
@@ -41,31 +41,10 @@ __all__ = [
     "Episode",
     "PromptWork",
     "StepScheduler",
-    "branch_seed",
     "set_step",
-    "stable_seed",
 ]
 
 log = logging.getLogger(__name__)
-
-
-def stable_seed(*parts: Any) -> int:
-    """A 63-bit seed from any printable parts; stable across processes and Python runs."""
-    key = "\x1f".join(repr(p) for p in parts).encode()
-    return int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "little") >> 1
-
-
-def branch_seed(
-    step: int, prompt_id: str, node_id: int, child_index: int, *, turn: int = 0, base: int = 0
-) -> int:
-    """The seed of the branch grown from `node_id` as its `child_index`-th child.
-
-    `turn` tells the turns of one branch apart (0 seeds the env, k >= 1 the k-th policy
-    call of the branch); `base` is the run's seed (``RunnerConfig.seed``).
-    """
-    return stable_seed(
-        "branch", int(base), int(step), str(prompt_id), int(node_id), int(child_index), int(turn)
-    )
 
 
 @dataclass

@@ -190,7 +190,7 @@ class Trainer:
     # ------------------------------------------------------------------ data
     def candidates(self, step: int) -> list[str]:
         """The step's candidate prompts: a pure function of (seed, step)."""
-        from trace_gym.runner import stable_seed
+        from trace_gym.seeding import stable_seed
 
         rng = np.random.default_rng(stable_seed("candidates", self.config.seed, step))
         k = min(self.config.rollout.candidates_per_step, len(self.task_ids))
@@ -251,7 +251,7 @@ class Trainer:
         torch = _torch()
         from trace_gym.trainers.losses import entropy_from_logits, policy_loss
 
-        from trace_gym.runner import stable_seed
+        from trace_gym.seeding import stable_seed
 
         cfg, a, o = self.config, self.config.algo, self.config.optim
         self.model.eval()

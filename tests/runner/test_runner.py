@@ -11,7 +11,8 @@ import pytest
 from trace_gym import runner as runner_mod
 from trace_gym.alloc.base import Candidate, PrefixCandidate
 from trace_gym.errors import ConfigError
-from trace_gym.runner import BranchingRunner, RunnerConfig, branch_seed
+from trace_gym.runner import BranchingRunner, RunnerConfig
+from trace_gym.seeding import branch_seed
 from trace_gym.testing import CountdownEnv, RandomCountdownPolicy
 
 try:  # the real allocators and split_budget once the alloc issue has landed

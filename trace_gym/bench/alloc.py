@@ -36,7 +36,8 @@ from trace_gym.bench.report import (
     write_outputs,
 )
 from trace_gym.errors import ConfigError, DependencyNotInstalled, unknown
-from trace_gym.runner import BranchingRunner, RunnerConfig, stable_seed
+from trace_gym.runner import BranchingRunner, RunnerConfig
+from trace_gym.seeding import stable_seed
 from trace_gym.tree import RolloutTree, batch_metrics
 
 __all__ = ["BenchConfig", "BenchResult", "main", "run_bench"]

@@ -19,7 +19,8 @@ from typing import Any
 import numpy as np
 
 from trace_gym.errors import ConfigError
-from trace_gym.runner import BranchingRunner, RunnerConfig, stable_seed
+from trace_gym.runner import BranchingRunner, RunnerConfig
+from trace_gym.seeding import stable_seed
 
 __all__ = ["RayBenchConfig", "format_ray_bench", "main_from_alloc_args", "run_ray_bench"]
 

