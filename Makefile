@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: setup demo test test-all bench lint
+.PHONY: setup demo test test-slow test-all bench lint
 
 setup:
 	@scripts/setup_venv.sh $(VENV) all
@@ -14,6 +14,10 @@ demo: setup
 
 test: setup
 	$(PY) -m pytest -q $(PYTEST_ARGS)
+
+# the slow set alone (CI runs it after `make test`, see .ci/run)
+test-slow: setup
+	$(PY) -m pytest -q -m "slow and not gpu" --durations=25 $(PYTEST_ARGS)
 
 test-all: setup
 	$(PY) -m pytest -q -m "not gpu" $(PYTEST_ARGS)

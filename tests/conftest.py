@@ -1,10 +1,72 @@
-"""Shared fixtures: the tiny reference env and a seeded fake policy."""
+"""Shared fixtures (the tiny reference env and a seeded fake policy) and the skip guard.
+
+The skip guard: a test may skip only for a reason in `ALLOWED_SKIPS` (hardware or an
+extra this project cannot install everywhere). Any other skip is turned into a failure
+that quotes the skip's reason and place, so a missing install step or a broken import of
+the project's own code shows up red instead of as a quiet ``s``.
+"""
 
 from __future__ import annotations
+
+import re
 
 import pytest
 
 from trace_gym.testing import CountdownEnv, RandomCountdownPolicy
+
+pytest_plugins = ["pytester"]  # tests/test_skip_guard.py runs small suites under this conftest
+
+#: reason -> pattern a skip message must match to be allowed (case-insensitive)
+ALLOWED_SKIPS: dict[str, re.Pattern[str]] = {
+    # a CUDA device is absent (or present, where a CPU-only path is tested)
+    "GPU/CUDA": re.compile(r"\b(gpu|cuda)\b", re.IGNORECASE),
+    # pyserini needs Java 21+ and Lucene indexes; not installed by `make setup`
+    "pyserini": re.compile(r"pyserini", re.IGNORECASE),
+    # vllm runs on GPU machines only (the `vllm` extra is not part of `all`)
+    "vllm": re.compile(r"vllm", re.IGNORECASE),
+}
+
+
+def allowed_skip(reason: str) -> str | None:
+    """The allow-list entry that permits a skip with this message, or None."""
+    for name, pattern in ALLOWED_SKIPS.items():
+        if pattern.search(reason):
+            return name
+    return None
+
+
+def _skip_reason(report: pytest.CollectReport | pytest.TestReport) -> tuple[str, str]:
+    """(where, message) of a skipped report; pytest stores (path, lineno, message)."""
+    longrepr = report.longrepr
+    if isinstance(longrepr, tuple) and len(longrepr) == 3:
+        path, lineno, message = longrepr
+        return f"{path}:{lineno}", str(message)
+    return report.nodeid, str(longrepr)
+
+
+def _fail_unexpected_skip(report: pytest.CollectReport | pytest.TestReport) -> None:
+    if not report.skipped or hasattr(report, "wasxfail"):
+        return
+    where, message = _skip_reason(report)
+    if allowed_skip(message) is None:
+        report.outcome = "failed"
+        report.longrepr = (
+            f"skip outside the allow-list of tests/conftest.py ({', '.join(ALLOWED_SKIPS)}): "
+            f"{message} [{where}]\nInstall what is missing (`make setup`) or fix the import; "
+            "a new legitimate reason goes into ALLOWED_SKIPS with its justification."
+        )
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    _fail_unexpected_skip(outcome.get_result())
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_make_collect_report(collector):
+    outcome = yield
+    _fail_unexpected_skip(outcome.get_result())
 
 
 @pytest.fixture

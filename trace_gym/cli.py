@@ -26,7 +26,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
 
 #: benchmark -> "module:function"
 BENCHMARKS: dict[str, tuple[str, str]] = {
-    "alloc-speed": ("trace_gym.alloc.bench:main", "exact allocation solvers: fast vs reference DP"),
+    "alloc-speed": ("trace_gym.bench.alloc_speed:main", "exact allocation solvers: fast vs reference DP"),
     "alloc": ("trace_gym.bench.alloc:main", "every allocation policy on the simulator or a real env"),
     "math-env": ("trace_gym.envs.math.bench:main", "sandboxed interpreter: cells/s, fork vs replay restore"),
     "retrieval": ("trace_gym.envs.hotpotqa.bench:main", "BM25 and dense retrieval speed and recall"),

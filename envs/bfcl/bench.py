@@ -15,6 +15,7 @@ import copy
 import json
 import pickle
 import time
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -27,6 +28,87 @@ def _stats(values: list[float]) -> dict[str, float]:
     return {"median": float(np.median(arr)), "p99": float(np.percentile(arr, 99)), "n": len(values)}
 
 
+@dataclass
+class _Timings:
+    """Seconds per measurement, gathered over the entries."""
+
+    checkpoint: dict[str, list[float]] = field(default_factory=lambda: {"initial": [], "mid": []})
+    restore: dict[str, list[float]] = field(default_factory=lambda: {"initial": [], "mid": []})
+    deepcopy: list[float] = field(default_factory=list)
+    pickle: list[float] = field(default_factory=list)
+    steps: int = 0
+    step_time: float = 0.0
+    player_time: float = 0.0
+    rewards: list[float] = field(default_factory=list)
+
+
+def _play(env: Any, player: Any, i: int, rng: np.random.Generator, t: _Timings) -> list[str]:
+    """One ground-truth episode of entry `i`: the player's messages with the env (timed
+    together), then the same messages replayed on the env alone; returns the messages."""
+    entry = env.entries[i]
+    env.reset(options={"task": i})
+    actions: list[str] = []
+    t0 = time.perf_counter()
+    while True:
+        actions.append(player.act(entry, actions, rng))
+        _, reward, term, trunc, _ = env.step(actions[-1])
+        if term or trunc:
+            break
+    t.player_time += time.perf_counter() - t0
+    t.rewards.append(reward)
+    t0 = time.perf_counter()
+    env.reset(options={"task": i})
+    for a in actions:
+        env.step(a)
+    t.step_time += time.perf_counter() - t0
+    t.steps += len(actions)
+    return actions
+
+
+def _time_states(env: Any, i: int, actions: list[str], repeats: int, t: _Timings) -> None:
+    """checkpoint/restore at the initial and the mid-episode state; backend copies at mid."""
+    for where, prefix in (("initial", 0), ("mid", len(actions) // 2)):
+        env.reset(options={"task": i})
+        for a in actions[:prefix]:
+            env.step(a)
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            ck = env.checkpoint()
+            t1 = time.perf_counter()
+            env.restore(ck)
+            t2 = time.perf_counter()
+            t.checkpoint[where].append(t1 - t0)
+            t.restore[where].append(t2 - t1)
+        if where == "mid":
+            backends = env._backends
+            t0 = time.perf_counter()
+            copy.deepcopy(backends)
+            t1 = time.perf_counter()
+            pickle.loads(pickle.dumps(backends, protocol=pickle.HIGHEST_PROTOCOL))
+            t2 = time.perf_counter()
+            t.deepcopy.append(t1 - t0)
+            t.pickle.append(t2 - t1)
+
+
+def _report(t: _Timings, n: int, repeats: int) -> dict[str, Any]:
+    both_ck = t.checkpoint["initial"] + t.checkpoint["mid"]
+    both_rs = t.restore["initial"] + t.restore["mid"]
+    return {
+        "entries": n,
+        "repeats": repeats,
+        "checkpoint_ms": _stats(both_ck),
+        "restore_ms": _stats(both_rs),
+        "checkpoint_ms_by_state": {k: _stats(v) for k, v in t.checkpoint.items()},
+        "restore_ms_by_state": {k: _stats(v) for k, v in t.restore.items()},
+        "steps_per_s": t.steps / t.step_time if t.step_time else float("nan"),
+        "steps_per_s_with_scripted_player": t.steps / t.player_time if t.player_time else float("nan"),
+        "steps": t.steps,
+        "ground_truth_success": float(np.mean(t.rewards)),
+        "backend_copy_ms": {"pickle_roundtrip": _stats(t.pickle), "deepcopy": _stats(t.deepcopy)},
+        "deepcopy_over_pickle": float(np.median(t.deepcopy) / max(np.median(t.pickle), 1e-12)),
+    }
+
+
 def run(limit: int | None = None, repeats: int = 5, categories: tuple[str, ...] | None = None) -> dict[str, Any]:
     """Measure on the first `limit` entries (all when None); returns the JSON report."""
     from trace_gym.envs.bfcl.data import CATEGORIES
@@ -36,68 +118,12 @@ def run(limit: int | None = None, repeats: int = 5, categories: tuple[str, ...] 
     env = BFCLEnv(categories=categories or CATEGORIES)
     player = ScriptedBFCL(error_rate=0.0, syntax="hermes")
     n = len(env.entries) if limit is None else min(limit, len(env.entries))
-    ck_times: dict[str, list[float]] = {"initial": [], "mid": []}
-    rs_times: dict[str, list[float]] = {"initial": [], "mid": []}
-    deepcopy_times: list[float] = []
-    pickle_times: list[float] = []
-    steps, step_time, player_time, rewards = 0, 0.0, 0.0, []
+    timings = _Timings()
     rng = np.random.default_rng(0)
     for i in range(n):
-        entry = env.entries[i]
-        env.reset(options={"task": i})
-        actions: list[str] = []
-        # the scripted player's messages first (timed apart), then the env alone
-        t0 = time.perf_counter()
-        while True:
-            actions.append(player.act(entry, actions, rng))
-            _, reward, term, trunc, _ = env.step(actions[-1])
-            if term or trunc:
-                break
-        player_time += time.perf_counter() - t0
-        rewards.append(reward)
-        t0 = time.perf_counter()
-        env.reset(options={"task": i})
-        for a in actions:
-            env.step(a)
-        step_time += time.perf_counter() - t0
-        steps += len(actions)
-        for where, prefix in (("initial", 0), ("mid", len(actions) // 2)):
-            env.reset(options={"task": i})
-            for a in actions[:prefix]:
-                env.step(a)
-            for _ in range(repeats):
-                t0 = time.perf_counter()
-                ck = env.checkpoint()
-                t1 = time.perf_counter()
-                env.restore(ck)
-                t2 = time.perf_counter()
-                ck_times[where].append(t1 - t0)
-                rs_times[where].append(t2 - t1)
-            if where == "mid":
-                backends = env._backends
-                t0 = time.perf_counter()
-                copy.deepcopy(backends)
-                t1 = time.perf_counter()
-                pickle.loads(pickle.dumps(backends, protocol=pickle.HIGHEST_PROTOCOL))
-                t2 = time.perf_counter()
-                deepcopy_times.append(t1 - t0)
-                pickle_times.append(t2 - t1)
-    both_ck = ck_times["initial"] + ck_times["mid"]
-    both_rs = rs_times["initial"] + rs_times["mid"]
-    return {
-        "entries": n,
-        "repeats": repeats,
-        "checkpoint_ms": _stats(both_ck),
-        "restore_ms": _stats(both_rs),
-        "checkpoint_ms_by_state": {k: _stats(v) for k, v in ck_times.items()},
-        "restore_ms_by_state": {k: _stats(v) for k, v in rs_times.items()},
-        "steps_per_s": steps / step_time if step_time else float("nan"),
-        "steps_per_s_with_scripted_player": steps / player_time if player_time else float("nan"),
-        "steps": steps,
-        "ground_truth_success": float(np.mean(rewards)),
-        "backend_copy_ms": {"pickle_roundtrip": _stats(pickle_times), "deepcopy": _stats(deepcopy_times)},
-        "deepcopy_over_pickle": float(np.median(deepcopy_times) / max(np.median(pickle_times), 1e-12)),
-    }
+        actions = _play(env, player, i, rng, timings)
+        _time_states(env, i, actions, repeats, timings)
+    return _report(timings, n, repeats)
 
 
 def main(argv: list[str]) -> int:

@@ -1,4 +1,4 @@
-"""Fixtures for the BFCL tests: skip cleanly when bfcl-eval is not installed."""
+"""Fixtures for the BFCL tests (bfcl-eval is part of the set-up: `make setup`)."""
 
 from __future__ import annotations
 

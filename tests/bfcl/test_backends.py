@@ -5,12 +5,9 @@ from __future__ import annotations
 import uuid
 
 import pytest
-
-pytest.importorskip("bfcl_eval", reason="needs bfcl-eval: pip install --no-deps bfcl-eval==2026.3.23 && pip install mpmath")
-
-from trace_gym.envs.bfcl.backends import execute_call, make_backends, method_table  # noqa: E402
-from trace_gym.envs.bfcl.data import get_entry, load_entries  # noqa: E402
-from trace_gym.envs.bfcl.parsing import Call, parse_python_calls  # noqa: E402
+from trace_gym.envs.bfcl.backends import execute_call, make_backends, method_table
+from trace_gym.envs.bfcl.data import get_entry, load_entries
+from trace_gym.envs.bfcl.parsing import Call, parse_python_calls
 
 # per backend class: good calls, unknown functions, bad arguments, backend errors
 CALLS = {

@@ -12,8 +12,6 @@ import trace_gym
 from trace_gym.checker import check_checkpoint
 from trace_gym.errors import ConfigError
 
-pytest.importorskip("bfcl_eval", reason="needs bfcl-eval: pip install --no-deps bfcl-eval==2026.3.23 && pip install mpmath")
-
 
 def test_task_set_has_the_four_categories_of_200(bfcl_env):
     ids = bfcl_env.task_ids

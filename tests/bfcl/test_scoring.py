@@ -5,10 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
-pytest.importorskip("bfcl_eval", reason="needs bfcl-eval: pip install --no-deps bfcl-eval==2026.3.23 && pip install mpmath")
-
-from trace_gym.envs.bfcl.scoring import (  # noqa: E402
+from trace_gym.envs.bfcl.scoring import (
     EMPTY_TURN,
     IRRELEVANCE,
     RESPONSE_MISMATCH,
@@ -17,7 +14,7 @@ from trace_gym.envs.bfcl.scoring import (  # noqa: E402
     entry_result,
     unordered_missing,
 )
-from trace_gym.envs.bfcl.scripted import PERTURBATIONS, ScriptedBFCL, ground_truth_actions  # noqa: E402
+from trace_gym.envs.bfcl.scripted import PERTURBATIONS, ScriptedBFCL, ground_truth_actions
 
 
 def _play(env, index, actions):

@@ -8,13 +8,10 @@ import sys
 
 import numpy as np
 import pytest
+from trace_gym.envs.bfcl.data import get_entry
+from trace_gym.envs.bfcl.scripted import ScriptedBFCL, replay_position
 
-pytest.importorskip("bfcl_eval", reason="needs bfcl-eval: pip install --no-deps bfcl-eval==2026.3.23 && pip install mpmath")
-
-from trace_gym.envs.bfcl.data import get_entry  # noqa: E402
-from trace_gym.envs.bfcl.scripted import ScriptedBFCL, replay_position  # noqa: E402
-
-from trace_gym.errors import ConfigError  # noqa: E402
+from trace_gym.errors import ConfigError
 
 
 def test_replay_position_counts_turns_and_calls():

@@ -196,7 +196,7 @@ def test_simulator_with_drift_matches_the_local_runner():
 
 
 def test_ray_bench_reports_every_setting_with_identical_trees():
-    from trace_gym.distributed.bench import RayBenchConfig, format_ray_bench, run_ray_bench
+    from trace_gym.bench.distributed import RayBenchConfig, format_ray_bench, run_ray_bench
 
     result = run_ray_bench(RayBenchConfig(steps=1, roots=8, candidates=12, latency_s=0.0, max_batch=4))
     rows = result["rows"]

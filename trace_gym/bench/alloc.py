@@ -36,6 +36,7 @@ from trace_gym.bench.report import (
     write_outputs,
 )
 from trace_gym.errors import ConfigError, DependencyNotInstalled, unknown
+from trace_gym.optional import require
 from trace_gym.runner import BranchingRunner, RunnerConfig
 from trace_gym.seeding import stable_seed
 from trace_gym.tree import RolloutTree, batch_metrics
@@ -57,6 +58,9 @@ POLICY_ORDER = (
     "oracle",
 )
 PRESET_NAMES = ("math", "hotpotqa", "bfcl")
+#: the scripted-policy registry (`make_env`, `make_scripted`), named by string: the core
+#: does not import the agents package
+SCRIPTED_POLICIES = "trace_gym.agents.scripted"
 
 
 @dataclass
@@ -154,12 +158,12 @@ def _sim_source(cfg: BenchConfig, seed: int) -> _Source:
 
 
 def _env_source(cfg: BenchConfig, seed: int) -> _Source:
-    try:
-        from trace_gym.agents.scripted import make_env, make_scripted
-    except ImportError as e:
-        raise DependencyNotInstalled(
-            "trace_gym.agents.scripted (scripted policies)", "pip install -e . (the agents package)"
-        ) from e
+    scripted = require(
+        SCRIPTED_POLICIES,
+        "pip install -e . (the agents package)",
+        what=f"{SCRIPTED_POLICIES} (scripted policies)",
+    )
+    make_env, make_scripted = scripted.make_env, scripted.make_scripted
     env_id = cfg.env_id
     assert env_id is not None
 
@@ -192,12 +196,8 @@ def _env_source(cfg: BenchConfig, seed: int) -> _Source:
 
 # ---------------------------------------------------------------------- one run
 def _policies(cfg: BenchConfig, has_true_value: bool) -> list[str]:
-    try:
-        from trace_gym.alloc import ALLOCATORS
-    except ImportError as e:
-        raise ConfigError(
-            "trace_gym.alloc.ALLOCATORS is missing; the allocation package is not built yet"
-        ) from e
+    from trace_gym.alloc import ALLOCATORS
+
     names = list(cfg.policies) or [p for p in POLICY_ORDER if p in ALLOCATORS] + sorted(
         p for p in ALLOCATORS if p not in POLICY_ORDER
     )
@@ -510,7 +510,7 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     if args.ray is not None:
-        from trace_gym.distributed.bench import main_from_alloc_args
+        from trace_gym.bench.distributed import main_from_alloc_args
 
         return main_from_alloc_args(args)
     try:

@@ -7,7 +7,7 @@
 - `WorkerPolicy`: build the policy on each worker (an engine or a server client)
   instead of shipping the driver's object;
 - `trace_gym.distributed.testing`: fault injection and a fixed-latency policy;
-- `trace_gym.distributed.bench`: `trace-gym bench alloc --ray` (throughput, 1 vs 2 workers).
+- `trace_gym.bench.distributed`: `trace-gym bench alloc --ray` (throughput, 1 vs 2 workers).
 
 Ray is optional (``pip install "trace-gym[ray]"``); nothing here imports it until a
 `RayRunner` is built. See docs/distributed.md.

@@ -6,7 +6,7 @@ import json
 import subprocess
 import sys
 
-from trace_gym.alloc.bench import run
+from trace_gym.bench.alloc_speed import run
 
 KEYS = {"root_fast_ms", "root_reference_ms", "speedup", "prefix_us", "objective_equal"}
 

@@ -1,0 +1,59 @@
+"""What CI runs: the README's test command first, then the slow set minus a listed, reasoned few."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+EXCLUDED = ROOT / "tests" / "ci_slow_excluded.txt"
+
+
+def excluded_slow_tests() -> list[tuple[str, str]]:
+    """(node id, reason) of each slow test CI leaves out."""
+    out = []
+    for line in EXCLUDED.read_text().splitlines():
+        if line.strip() and not line.lstrip().startswith("#"):
+            node, _, reason = line.partition("#")
+            out.append((node.strip(), reason.strip()))
+    return out
+
+
+def _is_slow(path: Path, name: str) -> bool:
+    tree = ast.parse(path.read_text())
+    module_slow = "pytest.mark.slow" in ast.unparse(
+        [n for n in tree.body if isinstance(n, ast.Assign) and "pytestmark" in ast.unparse(n)]
+        or [ast.Pass()]
+    )
+    for node in ast.walk(tree):
+        if isinstance(node, ast.FunctionDef) and node.name == name:
+            return module_slow or any("mark.slow" in ast.unparse(d) for d in node.decorator_list)
+    raise AssertionError(f"{path}: no test function {name}")
+
+
+def test_every_excluded_slow_test_exists_is_slow_and_has_a_reason():
+    for node, reason in excluded_slow_tests():
+        assert reason, f"{node}: give the reason CI leaves it out"
+        path, _, name = node.partition("::")
+        assert (ROOT / path).is_file(), node
+        assert _is_slow(ROOT / path, re.sub(r"\[.*\]$", "", name)), f"{node} is not marked slow"
+
+
+def test_ci_runs_the_readme_test_command_first_then_the_slow_set():
+    steps = [ln for ln in (ROOT / ".ci" / "run").read_text().splitlines() if ln.startswith("make ")]
+    assert steps[0] == 'make test VENV="$VENV"' and steps[1].startswith("make test-slow ")
+    assert "\nmake test " in (ROOT / "README.md").read_text()
+    assert "ci_slow_excluded.txt" in (ROOT / ".ci" / "run").read_text()
+    makefile = (ROOT / "Makefile").read_text()
+    assert re.search(r'^test-slow:.*\n\t.*-m "slow and not gpu"', makefile, re.MULTILINE)
+
+
+def test_slow_marks_are_read_from_decorators_and_pytestmark(tmp_path):
+    one = tmp_path / "test_one.py"
+    one.write_text(
+        "import pytest\n\n@pytest.mark.slow\ndef test_a():\n    pass\n\ndef test_b():\n    pass\n"
+    )
+    two = tmp_path / "test_two.py"
+    two.write_text("import pytest\n\npytestmark = [pytest.mark.slow]\n\ndef test_c():\n    pass\n")
+    assert _is_slow(one, "test_a") and not _is_slow(one, "test_b") and _is_slow(two, "test_c")

@@ -1,0 +1,52 @@
+"""The conftest skip guard: a skip outside the allow-list fails the run, an allowed one does not."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+CONFTEST = Path(__file__).with_name("conftest.py")
+
+
+def test_unexpected_skip_fails_allowed_skip_and_xfail_pass(pytester):
+    pytester.makeconftest(CONFTEST.read_text())
+    pytester.makepyfile(
+        """
+        import pytest
+
+        def test_missing_install():
+            pytest.importorskip("no_such_module_xyz")
+
+        def test_no_gpu():
+            pytest.skip("needs a CUDA device")
+
+        @pytest.mark.skipif(True, reason="vllm is not installed")
+        def test_no_vllm():
+            pass
+
+        @pytest.mark.xfail(reason="known", strict=True)
+        def test_known_failure():
+            assert False
+        """
+    )
+    result = pytester.runpytest("-p", "no:cacheprovider")
+    result.assert_outcomes(passed=0, failed=1, skipped=2, xfailed=1)
+    result.stdout.fnmatch_lines(["*skip outside the allow-list*no_such_module_xyz*"])
+    assert result.ret != 0
+
+
+def test_module_level_skip_of_own_code_fails_collection(pytester):
+    pytester.makeconftest(CONFTEST.read_text())
+    pytester.makepyfile(
+        """
+        import pytest
+
+        pytest.importorskip("trace_gym.not_built_yet")
+
+        def test_never_runs():
+            pass
+        """
+    )
+    result = pytester.runpytest("-p", "no:cacheprovider")
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines(["*skip outside the allow-list*trace_gym.not_built_yet*"])
+    assert result.ret != 0
