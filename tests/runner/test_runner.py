@@ -8,19 +8,12 @@ from collections.abc import Sequence
 import numpy as np
 import pytest
 
-from trace_gym import runner as runner_mod
+from trace_gym.alloc import make_allocator
 from trace_gym.alloc.base import Candidate, PrefixCandidate
 from trace_gym.errors import ConfigError
 from trace_gym.runner import BranchingRunner, RunnerConfig
 from trace_gym.seeding import branch_seed
 from trace_gym.testing import CountdownEnv, RandomCountdownPolicy
-
-try:  # the real allocators and split_budget once the alloc issue has landed
-    from trace_gym.alloc import make_allocator, split_budget  # noqa: F401
-
-    HAVE_ALLOC = True
-except ImportError:
-    HAVE_ALLOC = False
 
 
 class StubAllocator:
@@ -53,21 +46,6 @@ class StubAllocator:
         if prefixes:
             np.add.at(out, rng.integers(0, len(prefixes), size=budget), 1)
         return out
-
-
-def _largest_remainder(weights, total):
-    w = np.asarray(weights, dtype=float)
-    exact = w / w.sum() * total
-    out = np.floor(exact).astype(int)
-    order = np.argsort(-(exact - out), kind="stable")
-    out[order[: total - out.sum()]] += 1
-    return out
-
-
-@pytest.fixture(autouse=True)
-def _split(monkeypatch):
-    if not HAVE_ALLOC:
-        monkeypatch.setattr(runner_mod, "_split_budget", _largest_remainder)
 
 
 def make_runner(
@@ -337,7 +315,6 @@ sim = pytest.importorskip("trace_gym.sim")
 def sim_runner(allocator="trace", predictor="features", max_batch=None, seed=0, roots=24):
     import gymnasium as gym
 
-    from trace_gym.alloc import make_allocator
     from trace_gym.predict import make_predictor
 
     return BranchingRunner(
@@ -352,7 +329,6 @@ def sim_runner(allocator="trace", predictor="features", max_batch=None, seed=0, 
 SIM_TASKS = [f"sim-hotpotqa-0-{i}" for i in range(0, 64, 2)]
 
 
-@pytest.mark.skipif(not HAVE_ALLOC, reason="trace_gym.alloc allocators not built yet")
 @pytest.mark.parametrize("allocator", ["trace", "oracle", "treepo"])
 def test_sim_trees_identical_under_batching_and_budget_exact(allocator):
     a = sim_runner(allocator, max_batch=None)
@@ -371,7 +347,6 @@ def test_sim_trees_identical_under_batching_and_budget_exact(allocator):
     assert sum(rb.report.replays_by_depth.values()) == rb.report.replays
 
 
-@pytest.mark.skipif(not HAVE_ALLOC, reason="trace_gym.alloc allocators not built yet")
 def test_sim_expansion_is_local_and_failures_stay_local():
     class Failing(sim.SimPolicy):
         def generate(self, conversations):
@@ -396,11 +371,8 @@ def test_sim_expansion_is_local_and_failures_stay_local():
     assert intact and all(x.to_dict() == y.to_dict() for x, y in intact)
 
 
-@pytest.mark.skipif(not HAVE_ALLOC, reason="trace_gym.alloc allocators not built yet")
 def test_step_is_told_to_drifting_policy_and_every_env():
     import gymnasium as gym
-
-    from trace_gym.alloc import make_allocator
 
     policy = sim.SimPolicy("math", drift=True)
     r = BranchingRunner(
