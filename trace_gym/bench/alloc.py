@@ -21,7 +21,7 @@ import json
 import logging
 import math
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -192,12 +192,8 @@ def _env_source(cfg: BenchConfig, seed: int) -> _Source:
 
 # ---------------------------------------------------------------------- one run
 def _policies(cfg: BenchConfig, has_true_value: bool) -> list[str]:
-    try:
-        from trace_gym.alloc import ALLOCATORS
-    except ImportError as e:
-        raise ConfigError(
-            "trace_gym.alloc.ALLOCATORS is missing; the allocation package is not built yet"
-        ) from e
+    from trace_gym.alloc import ALLOCATORS
+
     names = list(cfg.policies) or [p for p in POLICY_ORDER if p in ALLOCATORS] + sorted(
         p for p in ALLOCATORS if p not in POLICY_ORDER
     )
@@ -247,9 +243,6 @@ def _record(
 
 def run_bench(cfg: BenchConfig) -> BenchResult:
     """Run every policy on every seed; returns the summary and per-step records."""
-    from trace_gym.alloc import make_allocator
-    from trace_gym.predict import make_predictor
-
     try:
         from tqdm import tqdm
     except ImportError:  # pragma: no cover - tqdm is a core dependency
@@ -277,37 +270,44 @@ def run_bench(cfg: BenchConfig) -> BenchResult:
             for step in range(cfg.steps)
         ]
         for name in names:
-            allocator = make_allocator(name, m_max=cfg.m_max, group_size=cfg.group_size)
-            branching = bool(getattr(allocator, "branching", True))
-            rcfg = RunnerConfig(
-                root_budget=cfg.roots if branching else cfg.flat_roots,
-                replays_per_root=cfg.replays if branching else 0.0,
-                m_max=cfg.m_max,
-                max_batch=cfg.max_batch,
-                seed=seed,
-            )
-            runner = BranchingRunner(
-                source.make_policy(),
-                source.env_factory,
-                allocator,
-                make_predictor(cfg.predictor),
-                rcfg,
-            )
-            try:
-                for step, pool in enumerate(pools):
-                    trees, report = runner.run_step(step, [str(t) for t in pool])
-                    records.append(_record(name, seed, step, len(pool), trees, report))
-                    if bar is not None:
-                        bar.set_postfix_str(f"{name} eff={records[-1].effective_ratio:.0%}")
-                        bar.update(1)
-            finally:
-                runner.close()
+            for record in _run_policy(cfg, source, name, seed, pools):
+                records.append(record)
+                if bar is not None:
+                    bar.set_postfix_str(f"{name} eff={record.effective_ratio:.0%}")
+                    bar.update(1)
     if bar is not None:
         bar.close()
     summary = summarize(records)
     summary["config"] = _config_dict(cfg)
     summary["goals"] = goals(summary, cfg)
     return BenchResult(cfg, summary, records)
+
+
+def _run_policy(
+    cfg: BenchConfig, source: _Source, name: str, seed: int, pools: list[list[Any]]
+) -> Iterator[StepRecord]:
+    """One policy's steps over the shared candidate pools, at the harness's equal cost."""
+    from trace_gym.alloc import make_allocator
+    from trace_gym.predict import make_predictor
+
+    allocator = make_allocator(name, m_max=cfg.m_max, group_size=cfg.group_size)
+    branching = bool(getattr(allocator, "branching", True))
+    rcfg = RunnerConfig(
+        root_budget=cfg.roots if branching else cfg.flat_roots,
+        replays_per_root=cfg.replays if branching else 0.0,
+        m_max=cfg.m_max,
+        max_batch=cfg.max_batch,
+        seed=seed,
+    )
+    runner = BranchingRunner(
+        source.make_policy(), source.env_factory, allocator, make_predictor(cfg.predictor), rcfg
+    )
+    try:
+        for step, pool in enumerate(pools):
+            trees, report = runner.run_step(step, [str(t) for t in pool])
+            yield _record(name, seed, step, len(pool), trees, report)
+    finally:
+        runner.close()
 
 
 def _config_dict(cfg: BenchConfig) -> dict[str, Any]:
