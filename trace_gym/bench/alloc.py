@@ -260,17 +260,10 @@ def run_bench(cfg: BenchConfig) -> BenchResult:
                 file=sys.stderr,
                 disable=not cfg.progress,
             )
-        n_cand = min(cfg.candidates_per_step, len(source.task_ids))
-        pools = [
-            list(
-                np.random.default_rng(stable_seed("bench-candidates", seed, step)).choice(
-                    source.task_ids, n_cand, replace=False
-                )
-            )
-            for step in range(cfg.steps)
-        ]
+        pools = candidate_pools(cfg, source, seed)
         for name in names:
-            for record in _run_policy(cfg, source, name, seed, pools):
+            for step, trees, report in run_policy(cfg, source, name, seed, pools):
+                record = _record(name, seed, step, len(pools[step]), trees, report)
                 records.append(record)
                 if bar is not None:
                     bar.set_postfix_str(f"{name} eff={record.effective_ratio:.0%}")
@@ -283,10 +276,23 @@ def run_bench(cfg: BenchConfig) -> BenchResult:
     return BenchResult(cfg, summary, records)
 
 
-def _run_policy(
+def candidate_pools(cfg: BenchConfig, source: _Source, seed: int) -> list[list[Any]]:
+    """Each step's candidate pool, shared by every policy of one seed."""
+    n_cand = min(cfg.candidates_per_step, len(source.task_ids))
+    return [
+        list(
+            np.random.default_rng(stable_seed("bench-candidates", seed, step)).choice(
+                source.task_ids, n_cand, replace=False
+            )
+        )
+        for step in range(cfg.steps)
+    ]
+
+
+def run_policy(
     cfg: BenchConfig, source: _Source, name: str, seed: int, pools: list[list[Any]]
-) -> Iterator[StepRecord]:
-    """One policy's steps over the shared candidate pools, at the harness's equal cost."""
+) -> Iterator[tuple[int, list[RolloutTree], Any]]:
+    """(step, trees, report) of one policy over the shared pools, at the harness's equal cost."""
     from trace_gym.alloc import make_allocator
     from trace_gym.predict import make_predictor
 
@@ -305,7 +311,7 @@ def _run_policy(
     try:
         for step, pool in enumerate(pools):
             trees, report = runner.run_step(step, [str(t) for t in pool])
-            yield _record(name, seed, step, len(pool), trees, report)
+            yield step, trees, report
     finally:
         runner.close()
 
