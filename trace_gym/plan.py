@@ -224,7 +224,6 @@ def _replay_episodes(
                     reset_info=root_ep.reset_info,
                     env_seed=seed,
                     prefix_turns=prefix_turns,
-                    cost=cand.cost,
                 )
             )
             ctx.report.count_replay(node.depth, cand.cost)

@@ -72,8 +72,6 @@ class Episode:
     truncated: bool = False
     error: Failure | None = None
     overflow: bool = False
-    #: what this replay is charged in trajectory-equivalents (`Budget.prefix_cost`)
-    cost: float = 0.0
 
     @property
     def sort_key(self) -> tuple[int, int, int, int]:

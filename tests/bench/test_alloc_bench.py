@@ -10,14 +10,9 @@ import sys
 import numpy as np
 import pytest
 
-pytest.importorskip("trace_gym.sim")
-alloc = pytest.importorskip("trace_gym.alloc")
-if not hasattr(alloc, "make_allocator"):
-    pytest.skip("trace_gym.alloc allocators not built yet", allow_module_level=True)
-
-from trace_gym.bench.alloc import BenchConfig, main, parse_shapes, run_bench  # noqa: E402
-from trace_gym.bench.report import mean_ci, spearman  # noqa: E402
-from trace_gym.errors import ConfigError  # noqa: E402
+from trace_gym.bench.alloc import BenchConfig, main, parse_shapes, run_bench
+from trace_gym.bench.report import mean_ci, spearman
+from trace_gym.errors import ConfigError
 
 
 @pytest.fixture(scope="module")
@@ -111,7 +106,6 @@ def test_cli_subprocess_and_errors():
 
 
 def test_generic_env_path_with_scripted_policy():
-    pytest.importorskip("trace_gym.agents.scripted")
     cfg = BenchConfig(env_id="trace/Countdown-v0", policy="scripted", steps=1, roots=8, progress=False,
                       policies=("grpo", "trace", "oracle"))  # fmt: skip
     res = run_bench(cfg)

@@ -7,13 +7,12 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+from trace_gym.agents import openai_backend
 
 from trace_gym.alloc import make_allocator
 from trace_gym.distributed import RayConfig, RayRunner, WorkerPolicy
 from trace_gym.runner import BranchingRunner, RunnerConfig
 from trace_gym.testing import CountdownEnv
-
-openai_backend = pytest.importorskip("trace_gym.agents.openai_backend")
 
 pytestmark = pytest.mark.usefixtures("ray_local")
 

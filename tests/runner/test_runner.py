@@ -8,6 +8,7 @@ from collections.abc import Sequence
 import numpy as np
 import pytest
 
+from trace_gym import sim
 from trace_gym.alloc import make_allocator
 from trace_gym.alloc.base import Candidate, PrefixCandidate
 from trace_gym.errors import AllocationError, BranchFailures, ConfigError
@@ -309,7 +310,6 @@ def test_history_and_flat_allocator():
 
 
 # ---------------------------------------------------------------------- with the real parts
-sim = pytest.importorskip("trace_gym.sim")
 
 
 def sim_runner(allocator="trace", predictor="features", max_batch=None, seed=0, roots=24):
