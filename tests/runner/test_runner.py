@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Sequence
 
@@ -11,6 +12,7 @@ import pytest
 from trace_gym import sim
 from trace_gym.alloc import make_allocator
 from trace_gym.alloc.base import Candidate, PrefixCandidate
+from trace_gym.budget import Budget
 from trace_gym.errors import AllocationError, BranchFailures, ConfigError
 from trace_gym.runner import BranchingRunner, RunnerConfig
 from trace_gym.seeding import branch_seed
@@ -525,20 +527,28 @@ def test_cost_aware_trace_changes_counts_but_not_the_accounted_budget():
     assert charge == pytest.approx(ar.replay_charge)
 
 
-def test_default_trees_do_not_depend_on_the_cost_function():
+def test_default_trees_do_not_depend_on_the_cost_function(monkeypatch):
     """Charging each replay its own cost leaves non-cost-aware plans alone."""
-    from trace_gym.budget import Budget
-
     ref = make_runner(allocator=make_allocator("trace", m_max=8)).run_step(0, TASKS)
-    r = make_runner(allocator=make_allocator("trace", m_max=8))
-    real = type(r.config).budget
-    weird = lambda self: Budget(  # noqa: E731
-        real.fget(self).roots, real.fget(self).replays, 0.5, cost=lambda d, t: 0.01
-    )
-    try:
-        type(r.config).budget = property(weird)
-        got = r.run_step(0, TASKS)
-    finally:
-        type(r.config).budget = real
+    flat = RunnerConfig.budget.fget
+
+    def odd_costs(cfg):
+        return dataclasses.replace(flat(cfg), cost=lambda depth, turns: 0.01)
+
+    monkeypatch.setattr(RunnerConfig, "budget", property(odd_costs))
+    got = make_runner(allocator=make_allocator("trace", m_max=8)).run_step(0, TASKS)
     assert [t.to_dict() for t in got.trees] == [t.to_dict() for t in ref.trees]
     assert got.report.accounted_cost == ref.report.accounted_cost
+    aware = make_runner(allocator=make_allocator("trace", m_max=8, cost_aware=True)).run_step(0, TASKS)
+    assert aware.report.replay_charge == pytest.approx(0.01 * aware.report.replays)  # it is used
+
+
+def test_budget_is_the_one_place_of_the_arithmetic():
+    b = Budget.per_root(16, 2.5, 0.5)
+    assert (b.roots, b.replays, b.replay_cost) == (16, 40, 0.5)
+    assert b.accounted() == 16 + 40 * 0.5 == RunnerConfig(16, 2.5).accounted_budget
+    assert b.accounted(10, [0.25, 0.75]) == b.accounted(10, 1.0) == 11.0
+    assert b.prefix_cost(False) == 0.5 and b.prefix_cost(True)(1, 4) == 0.75
+    assert b.prefix_budget(6, False) == 6 and b.prefix_budget(6, True) == 3.0
+    with pytest.raises(ConfigError, match="replay_cost"):
+        Budget(4, 2, replay_cost=-1.0)
