@@ -127,7 +127,7 @@ def _root_work(
     tree.root.value = cand.value
     tree.root.true_value = cand.true_value
     tree.info.update(root_count=m, candidate_value=cand.value)
-    w = PromptWork(order=order, candidate=cand, tree=tree)
+    w = PromptWork(order=order, tree=tree)
     w.roots = [
         Episode(
             work=w,

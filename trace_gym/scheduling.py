@@ -26,7 +26,6 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from trace_gym.alloc.base import Allocator, Candidate
 from trace_gym.budget import Budget, Event, StepReport, Stopwatch
 from trace_gym.core import Checkpoint, unwrap
 from trace_gym.errors import PolicyError
@@ -84,7 +83,7 @@ class PromptWork:
     """Bookkeeping of one selected prompt while its tree is open."""
 
     order: int
-    candidate: Candidate
+    #: the prompt's tree (its ``prompt_id`` is the task id), filled in as episodes finish
     tree: RolloutTree
     roots: list[Episode] = field(default_factory=list)
     replays: list[Episode] = field(default_factory=list)
@@ -167,7 +166,9 @@ class StepContext:
     step: int
     policy: Policy
     pool: EnvPool
-    allocator: Allocator
+    #: the step's `trace_gym.alloc.Allocator`; only `trace_gym.plan` calls it (the
+    #: scheduler sits below the allocators and imports nothing from them)
+    allocator: Any
     #: predicted success probabilities of states, in [0, 1] (timed by the caller)
     predict: Callable[[list[State]], np.ndarray]
     budget: Budget
@@ -236,7 +237,7 @@ class StepScheduler:
             with sw("env"):
                 if ep.kind == "rollout":
                     ep.prompt, ep.reset_info = ep.env.reset(
-                        seed=ep.env_seed, options={"task": w.candidate.id}
+                        seed=ep.env_seed, options={"task": w.tree.prompt_id}
                     )
                 else:
                     base.restore(w.checkpoints[ep.anchor][0])

@@ -305,7 +305,7 @@ class RayRunner(BranchingRunner):
                 raise e.as_instanceof_cause() from None
             _accept(result, by_order, done, report)
             env_counts[result.worker] = result.env_instances
-        missing = [by_order[o].candidate.id for o in by_order if o not in done]
+        missing = [by_order[o].tree.prompt_id for o in by_order if o not in done]
         if missing:
             raise WorkerLost(f"no tree came back for prompts {missing} (internal error)")
         _apportion_wait(report, sw, time.perf_counter() - t0)
@@ -345,7 +345,7 @@ class RayRunner(BranchingRunner):
             self.ray.kill(worker.actor)
         except Exception as e:  # noqa: BLE001 - already gone
             log.debug("killing worker %d: %s", worker.index, e)
-        ids = [w.candidate.id for w in shard]
+        ids = [w.tree.prompt_id for w in shard]
         msg = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
         log.warning("rollout worker %d died (%s); re-running prompts %s", worker.index, msg, ids)
         report.worker_failures.append({"worker": worker.index, "error": msg, "prompts": ids})
@@ -353,7 +353,7 @@ class RayRunner(BranchingRunner):
         for w in shard:
             attempts[w.order] += 1
             if attempts[w.order] > self.ray_config.max_retries:
-                over.append(w.candidate.id)
+                over.append(w.tree.prompt_id)
         if over:
             raise WorkerLost(
                 f"rollout workers died {self.ray_config.max_retries + 1} times while running "
