@@ -34,7 +34,7 @@ from trace_gym.agents.context import ChatTokens, Context
 from trace_gym.agents.formats import ReActFormat
 from trace_gym.agents.hf import SamplingConfig
 
-from trace_gym.errors import DependencyNotInstalled
+from trace_gym.errors import ConfigError, DependencyNotInstalled
 from trace_gym.policy import Conversation, PolicyOutput
 
 __all__ = ["VLLMPolicy"]
@@ -67,7 +67,7 @@ class VLLMPolicy:
     ):
         if llm is None:
             if model is None:
-                raise ValueError("pass a model path/hub id or a ready engine (llm=...)")
+                raise ConfigError("pass a model path/hub id or a ready engine (llm=...)")
             vllm = _vllm()
             engine_kwargs.setdefault("enable_prefix_caching", True)
             if lora_path:

@@ -1,10 +1,15 @@
-"""What one runner step spent: accounted budget, measured work, wall time, events.
+"""A step's budget and what the step spent: accounted cost, measured work, wall time, events.
 
 The paper compares methods at equal *accounted* cost: a root rollout costs 1
 trajectory-equivalent, a replay from a prefix costs ``replay_cost`` (0.5), so M roots
-with N replays each cost M (1 + N/2). That flat half is an average, so a `StepReport`
-also carries the *measured* work (turns and tokens actually generated) and the wall
-time split by who spent it (policy / env / predictor / allocator / bookkeeping).
+with N replays each cost M (1 + N/2). `Budget` is the one place that arithmetic lives:
+the runner owns one per step, hands its numbers to the allocator and charges every
+replay its own cost (the flat ``replay_cost``, or the prefix's remaining-turn share
+``cost(depth, rollout_turns)`` for an allocator that declares ``cost_aware``).
+
+That flat half is an average, so a `StepReport` also carries the *measured* work
+(turns and tokens actually generated) and the wall time split by who spent it
+(policy / env / predictor / allocator / bookkeeping).
 
 `Event`s form a logical clock: ``round`` counts policy calls, so a test (or a reader)
 can see that one prompt's expansion started while other prompts were still rolling out.
@@ -14,12 +19,22 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from typing import Any, NamedTuple
 
-__all__ = ["EVENT_KINDS", "Event", "StepReport", "Stopwatch", "TIME_BUCKETS"]
+from trace_gym.errors import ConfigError
+
+__all__ = [
+    "EVENT_KINDS",
+    "Budget",
+    "Event",
+    "StepReport",
+    "Stopwatch",
+    "TIME_BUCKETS",
+    "remaining_turn_cost",
+]
 
 #: where wall time goes; "bookkeeping" is the rest of the step
 TIME_BUCKETS = ("policy", "env", "predictor", "allocator", "bookkeeping")
@@ -29,6 +44,68 @@ TIME_BUCKETS = ("policy", "env", "predictor", "allocator", "bookkeeping")
 #: expand: its replays were queued (continuation budget allocated);
 #: closed: its tree is complete (replays done, checkpoints released)
 EVENT_KINDS = ("roots_started", "roots_done", "expand", "closed")
+
+
+def remaining_turn_cost(depth: int, rollout_turns: int) -> float:
+    """Cost of one replay from `depth` of a `rollout_turns`-turn rollout, in trajectory-equivalents.
+
+    The share of the rollout's turns a replay regenerates: (T - d) / T. An early
+    prefix costs nearly a full rollout, a late one little (TRACE.md "Budget accounting").
+    """
+    return (rollout_turns - depth) / rollout_turns
+
+
+@dataclass(frozen=True)
+class Budget:
+    """One step's rollout budget, in rollouts and in trajectory-equivalents."""
+
+    #: M: root rollouts
+    roots: int
+    #: the continuation budget in replays, round(N * M)
+    replays: int = 0
+    #: flat cost of one replay in trajectory-equivalents (the paper's half)
+    replay_cost: float = 0.5
+    #: cost of one replay from a prefix, (depth, rollout_turns) -> trajectory-equivalents,
+    #: charged instead of `replay_cost` when the allocator declares ``cost_aware``
+    cost: Callable[[int, int], float] = remaining_turn_cost
+
+    def __post_init__(self) -> None:
+        if self.roots < 0 or self.replays < 0:
+            raise ConfigError(f"budget counts must be >= 0, got {self.roots} roots, {self.replays} replays")
+        if not self.replay_cost >= 0:
+            raise ConfigError(f"replay_cost must be >= 0, got {self.replay_cost}")
+
+    @classmethod
+    def per_root(cls, roots: int, replays_per_root: float, replay_cost: float = 0.5) -> Budget:
+        """M roots and round(N * M) replays."""
+        return cls(int(roots), int(round(replays_per_root * roots)), float(replay_cost))
+
+    def prefix_cost(self, cost_aware: bool) -> Callable[[int, int], float] | float:
+        """What one replay from a prefix is charged: its own cost, or the flat one."""
+        return self.cost if cost_aware else self.replay_cost
+
+    def prefix_budget(self, replays: int, cost_aware: bool) -> int | float:
+        """A prompt's continuation budget as its allocator takes it.
+
+        A replay count, or for a ``cost_aware`` allocator the same budget in
+        trajectory-equivalents (``replays * replay_cost``), to spend on prefixes that
+        each carry their own cost.
+        """
+        return replays * self.replay_cost if cost_aware else replays
+
+    def accounted(self, roots: int | None = None, replay_charges: Iterable[float] | float | None = None) -> float:
+        """Trajectory-equivalents: every root costs 1, every replay what it was charged.
+
+        With no arguments, the budget itself: M (1 + N * replay_cost). `replay_charges`
+        is either the charge of each replay or their sum.
+        """
+        if roots is None and replay_charges is None:
+            return self.roots + self.replays * self.replay_cost
+        if isinstance(replay_charges, (int, float)):
+            spent = float(replay_charges)
+        else:
+            spent = sum(replay_charges or ())
+        return (self.roots if roots is None else roots) + spent
 
 
 class Event(NamedTuple):
@@ -80,9 +157,11 @@ class StepReport:
     replays: int = 0
     #: budget that could not be placed (a prompt with no replayable prefix)
     replays_unspent: int = 0
-    #: cost of one replay in trajectory-equivalents
+    #: flat cost of one replay in trajectory-equivalents (`Budget.replay_cost`)
     replay_cost: float = 0.5
-    #: roots * 1 + replays * replay_cost
+    #: what the replays run were charged, each its own cost (`Budget.prefix_cost`)
+    replay_charge: float = 0.0
+    #: roots * 1 + replay_charge (`Budget.accounted`)
     accounted_cost: float = 0.0
     #: assistant turns generated (every policy output, failures included)
     measured_turns: int = 0
@@ -114,8 +193,9 @@ class StepReport:
         """Each bucket's share of the step's wall time."""
         return {k: (v / self.wall_s if self.wall_s > 0 else 0.0) for k, v in self.time_s.items()}
 
-    def count_replay(self, depth: int) -> None:
+    def count_replay(self, depth: int, cost: float) -> None:
         self.replays += 1
+        self.replay_charge += cost
         self.replays_by_depth[depth] = self.replays_by_depth.get(depth, 0) + 1
 
     def event_rounds(self, kind: str) -> dict[str, int]:

@@ -76,6 +76,36 @@ def _play(env: TraceEnv, actions: list[str]) -> list[_StepRecord]:
     return out
 
 
+def _replay(
+    env: TraceEnv, ck: Checkpoint, actions: list[str], records: list[_StepRecord], label: str,
+    volatile: frozenset[str], *, check_length: str | None,
+) -> None:
+    """Restore `ck` into `env`, replay the recorded actions and compare every step."""
+    t = ck.turn
+    env.restore(ck)
+    got = _play(env, actions[t:])
+    for i, (w, g) in enumerate(zip(records[t:], got, strict=False)):
+        _compare(f"restore at turn {t} ({label}), replayed step {t + i}", w, g, volatile)
+    if check_length is not None and len(got) != len(records[t:]):
+        raise CheckpointContractError(check_length)
+
+
+def _record_episode(
+    base: TraceEnv, act: Callable[[TraceEnv, np.random.Generator], str], rng: np.random.Generator,
+    max_steps: int,
+) -> tuple[list[str], list[_StepRecord], dict[int, Checkpoint]]:
+    """Play one episode from the current reset, checkpointing after every live turn."""
+    actions: list[str] = []
+    records: list[_StepRecord] = []
+    ckpts: dict[int, Checkpoint] = {0: base.checkpoint()}
+    while len(actions) < max_steps and not base.done:
+        actions.append(act(base, rng))
+        records += _play(base, actions[-1:])
+        if not base.done:
+            ckpts[len(actions)] = base.checkpoint()
+    return actions, records, ckpts
+
+
 def check_checkpoint(
     env: gym.Env,
     *,
@@ -100,18 +130,8 @@ def check_checkpoint(
         spec = base.spec
         make_fresh = lambda: gym.make(spec.id, **(spec.kwargs or {}))  # noqa: E731
     act = action_fn or (lambda e, rng: e.example_action(rng))
-    rng = np.random.default_rng(seed)
-
-    options = {"task": task} if task is not None else None
-    base.reset(seed=seed, options=options)
-    actions: list[str] = []
-    records: list[_StepRecord] = []
-    ckpts: dict[int, Checkpoint] = {0: base.checkpoint()}
-    while len(actions) < max_steps and not base.done:
-        actions.append(act(base, rng))
-        records += _play(base, actions[-1:])
-        if not base.done:
-            ckpts[len(actions)] = base.checkpoint()
+    base.reset(seed=seed, options={"task": task} if task is not None else None)
+    actions, records, ckpts = _record_episode(base, act, np.random.default_rng(seed), max_steps)
     # pick checkpoints spread over the episode (always the first and a late one)
     turns = sorted(ckpts)
     picked = sorted({turns[round(i * (len(turns) - 1) / max(1, num_checkpoints - 1))] for i in range(num_checkpoints)})
@@ -123,26 +143,14 @@ def check_checkpoint(
             if ck.turn != t:
                 raise CheckpointContractError(f"checkpoint taken after {t} turns reports turn={ck.turn}")
             # same instance, fast handle allowed
-            base.restore(ck)
-            got = _play(base, actions[t:])
-            for i, (w, g) in enumerate(zip(records[t:], got, strict=False)):
-                _compare(f"restore at turn {t} (same env), replayed step {t + i}", w, g, volatile)
-            if len(got) != len(records[t:]):
-                raise CheckpointContractError(f"restore at turn {t}: episode length differs after restore")
+            _replay(base, ck, actions, records, "same env", volatile,
+                    check_length=f"restore at turn {t}: episode length differs after restore")
             # same instance again through a pickled copy (portable payload only)
-            portable = pickle.loads(pickle.dumps(ck))
-            base.restore(portable)
-            got = _play(base, actions[t:])
-            for i, (w, g) in enumerate(zip(records[t:], got, strict=False)):
-                _compare(f"restore at turn {t} (pickled), replayed step {t + i}", w, g, volatile)
+            _replay(base, pickle.loads(pickle.dumps(ck)), actions, records, "pickled", volatile, check_length=None)
             if fresh_env is not None:
-                fresh = unwrap(fresh_env)
-                fresh.restore(pickle.loads(pickle.dumps(ck)))
-                got = _play(fresh, actions[t:])
-                for i, (w, g) in enumerate(zip(records[t:], got, strict=False)):
-                    _compare(f"restore at turn {t} (fresh env, pickled), replayed step {t + i}", w, g, volatile)
-                if len(got) != len(records[t:]):
-                    raise CheckpointContractError(f"restore at turn {t} (fresh env): episode length differs")
+                _replay(unwrap(fresh_env), pickle.loads(pickle.dumps(ck)), actions, records,
+                        "fresh env, pickled", volatile,
+                        check_length=f"restore at turn {t} (fresh env): episode length differs")
     finally:
         for ck in ckpts.values():
             base.release(ck)

@@ -25,7 +25,14 @@ from typing import Any, ClassVar, NamedTuple
 import gymnasium as gym
 import numpy as np
 
-from trace_gym.errors import CheckpointError, InvalidAction, ResetNeeded, TaskNotFound
+from trace_gym.errors import (
+    CheckpointError,
+    ConfigError,
+    InvalidAction,
+    NotATraceEnv,
+    ResetNeeded,
+    TaskNotFound,
+)
 
 __all__ = ["Checkpoint", "FreeText", "TraceEnv", "Transition", "checkpoint", "restore", "unwrap"]
 
@@ -131,7 +138,7 @@ class TraceEnv(gym.Env[str, str]):
 
     def __init__(self, max_turns: int = 10, render_mode: str | None = None):
         if max_turns < 1:
-            raise ValueError(f"max_turns must be >= 1, got {max_turns}")
+            raise ConfigError(f"max_turns must be >= 1, got {max_turns}")
         self.max_turns = int(max_turns)
         self.render_mode = render_mode
         self.observation_space = FreeText()
@@ -323,7 +330,10 @@ def unwrap(env: gym.Env) -> TraceEnv:
     """The `TraceEnv` under whatever wrappers `gym.make` (or the user) added."""
     base = env.unwrapped
     if not isinstance(base, TraceEnv):
-        raise TypeError(f"{type(base).__name__} is not a TraceEnv and cannot be checkpointed")
+        raise NotATraceEnv(
+            f"{type(base).__name__} is not a TraceEnv and cannot be checkpointed; subclass "
+            "trace_gym.core.TraceEnv (its five hooks give checkpoint/restore)"
+        )
     return base
 
 

@@ -21,7 +21,11 @@ class DependencyNotInstalled(TraceGymError, ImportError):
 
 
 class ResetNeeded(TraceGymError):
-    """`step` was called before `reset` (or after the episode ended)."""
+    """`step` (or a method that reads the episode) was called before `reset`, or after the end."""
+
+
+class NotATraceEnv(TraceGymError, TypeError):
+    """An env under its wrappers is not a `TraceEnv`, so it has no checkpoint/restore."""
 
 
 class InvalidAction(TraceGymError, TypeError):
@@ -43,8 +47,13 @@ class TreeFormatError(TraceGymError, ValueError):
     """A rollout-tree file is corrupted or written by an unsupported format version."""
 
 
+class TreeError(TraceGymError, ValueError):
+    """A rollout tree was built wrongly (a child under a terminal node, a leaf with children)."""
+
+
 class AllocationError(TraceGymError, ValueError):
-    """An allocation problem is ill-posed (bad values, infeasible budget, empty pool)."""
+    """An allocation problem is ill-posed (bad values, infeasible budget, empty pool),
+    or an allocator returned counts the runner cannot use (mid-step, after rollouts ran)."""
 
 
 class ConfigError(TraceGymError, ValueError):
@@ -65,6 +74,13 @@ class UnknownNameError(ConfigError, KeyError):
 
 class PolicyError(TraceGymError, RuntimeError):
     """A policy backend failed to produce a turn (recorded on the branch, never fatal to a batch)."""
+
+
+class BranchFailures(TraceGymError, RuntimeError):
+    """Most of a step's branches failed (raised only with ``RunnerConfig.raise_on_failures``).
+
+    An env or backend bug that fails every branch would otherwise only be counted.
+    """
 
 
 def unknown(kind: str, name: str, table) -> UnknownNameError:

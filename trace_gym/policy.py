@@ -21,7 +21,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from trace_gym.tree import Turn
 
-__all__ = ["Conversation", "Policy", "PolicyOutput"]
+__all__ = ["Conversation", "Policy", "PolicyOutput", "policy_version"]
 
 
 @dataclass(frozen=True)
@@ -78,3 +78,16 @@ class Policy(Protocol):
     """Anything with ``generate(conversations) -> outputs`` (same length, same order)."""
 
     def generate(self, conversations: Sequence[Conversation]) -> list[PolicyOutput]: ...
+
+
+def policy_version(policy: Any) -> int | str | None:
+    """The version of the weights `policy` generates with, if it exposes one.
+
+    A policy whose weights change during training (a backend synced from the trainer)
+    says which ones it holds with a ``version`` attribute (an int or a string); the
+    runner records it on every node it generates. None when there is none.
+    """
+    version = getattr(policy, "version", None)
+    if version is None or isinstance(version, (int, str)) and not isinstance(version, bool):
+        return version
+    return str(version)

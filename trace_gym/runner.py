@@ -20,39 +20,41 @@ scheduling either: an episode's turns are buffered and inserted into its tree in
 order (roots by index when the prompt's roots finish, replays by prefix then index when
 it closes). So the same inputs give the same trees for any ``max_batch``.
 
-Stages 3-4 (the rounds, expansion and tree building) live in `trace_gym.scheduling`.
+One step reads top-down, with no call back up: runner -> `trace_gym.plan` (stages 1-2
+and 4: what gets budget) -> `trace_gym.alloc` (the allocator) -> `trace_gym.scheduling`
+(stage 3: execution, handed a `StepContext`; it calls ``plan.expand`` through its
+``on_roots_done`` hook) -> env. The step's `Budget` is the runner's; every count and cost
+in the report comes from it.
 
 Failures are data: a policy error (an exception, or ``PolicyOutput.error``) or an env
-exception ends that branch on a new leaf whose ``error`` says where; siblings go on.
+exception ends that branch on a new leaf whose `Failure` record says where and what
+kind; siblings go on. When more than half of a step's branches failed the runner warns
+(or, with ``raise_on_failures``, raises `BranchFailures`).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, NamedTuple
 
 import gymnasium as gym
 import numpy as np
 
-from trace_gym.alloc.base import Allocator, Candidate, VisitHistory
-from trace_gym.budget import StepReport, Stopwatch
+from trace_gym import plan
+from trace_gym.alloc.base import Allocator, VisitHistory
+from trace_gym.budget import Budget, StepReport, Stopwatch
 from trace_gym.core import unwrap
-from trace_gym.errors import ConfigError
-from trace_gym.policy import Policy
-from trace_gym.predict.base import Predictor, State
-from trace_gym.scheduling import (
-    EnvPool,
-    Episode,
-    PromptWork,
-    StepScheduler,
-    set_step,
-)
-from trace_gym.seeding import branch_seed, stable_seed
+from trace_gym.errors import BranchFailures, ConfigError
+from trace_gym.policy import Policy, policy_version
+from trace_gym.predict.base import Predictor
+from trace_gym.scheduling import EnvPool, PromptWork, StepContext, StepScheduler, tell_step
+from trace_gym.seeding import stable_seed
 from trace_gym.tree import RolloutTree
 
-__all__ = ["BranchingRunner", "RunnerConfig", "StepResult"]
+__all__ = ["BranchingRunner", "RunnerConfig", "StepResult", "step_context"]
 
 log = logging.getLogger(__name__)
 
@@ -82,6 +84,9 @@ class RunnerConfig:
     update_predictor: bool = True
     #: share of prefix samples in the predictor's update batch (paper: about 6%)
     prefix_share: float = 0.06
+    #: raise `BranchFailures` (instead of warning) when more than half of a step's
+    #: branches failed - an env or backend bug, not bad luck
+    raise_on_failures: bool = False
 
     def __post_init__(self) -> None:
         if self.root_budget < 1:
@@ -102,13 +107,18 @@ class RunnerConfig:
             raise ConfigError(f"prefix_share must be in [0, 1], got {self.prefix_share}")
 
     @property
+    def budget(self) -> Budget:
+        """The step's `Budget`: M roots, round(N * M) replays at `replay_cost` each."""
+        return Budget.per_root(self.root_budget, self.replays_per_root, self.replay_cost)
+
+    @property
     def replay_budget(self) -> int:
-        return int(round(self.replays_per_root * self.root_budget))
+        return self.budget.replays
 
     @property
     def accounted_budget(self) -> float:
         """M (1 + N * replay_cost): the step's budget in trajectory-equivalents."""
-        return self.root_budget + self.replay_budget * self.replay_cost
+        return self.budget.accounted()
 
 
 class StepResult(NamedTuple):
@@ -124,7 +134,7 @@ class BranchingRunner:
     `env_factory()` makes one env (e.g. ``lambda: gym.make("trace/Sim-v0")``); the runner
     keeps a pool and restores checkpoints into any free instance. `predictor` may be
     None (every value 0.5, no updates). Visit histories of prompts are kept in
-    `self.history` across steps.
+    `self.history` across steps (or in the mapping passed to `run_step`).
     """
 
     def __init__(
@@ -146,11 +156,14 @@ class BranchingRunner:
         self.pool = EnvPool(env_factory)
         self.history: dict[str, VisitHistory] = {}
         self._prompts: dict[str, tuple[str, dict[str, Any]]] = {}
-        self._true_value_known: bool | None = None
-        self._env_id_cache = ""
 
     def close(self) -> None:
         self.pool.close()
+
+    @property
+    def has_true_value(self) -> bool:
+        """Whether the env offers ``true_value()`` (decided once, on the first instance)."""
+        return self.pool.has_true_value
 
     # ------------------------------------------------------------------ step
     def run_step(
@@ -158,183 +171,85 @@ class BranchingRunner:
         step: int,
         candidates: Sequence[str],
         *,
-        history: Mapping[str, VisitHistory] | None = None,
+        history: dict[str, VisitHistory] | None = None,
     ) -> StepResult:
-        """Score, allocate, roll out, expand and close every tree of one step."""
+        """Score, allocate, roll out, expand and close every tree of one step.
+
+        `history` (default `self.history`) is read for the candidates' past visits and
+        updated with this step's, so a caller can keep its own.
+        """
         ids = [str(c) for c in candidates]
         if len(set(ids)) != len(ids):
             raise ConfigError("candidate task ids must be unique within a step")
         if not ids:
             raise ConfigError("run_step needs at least one candidate task id")
-        cfg = self.config
-        sw = Stopwatch()
-        report = self._new_report(step, len(ids))
         history = self.history if history is None else history
-        self._tell_step(step)
-        self._sw, self._step = sw, step
-
-        works = self._allocate_roots(ids, history)
+        ctx = self.context(step, self._new_report(step, len(ids)), Stopwatch())
+        tell_step(step, self.pool, self.policy)
+        described = [self._describe(t, ctx.stopwatch) for t in ids]
+        works = plan.plan_roots(ctx, described, history)
+        report = ctx.report
         report.selected = len(works)
         report.roots = sum(len(w.roots) for w in works)
-        branching = bool(getattr(self.allocator, "branching", True))
-        report.replay_budget = cfg.replay_budget if branching and works else 0
-        if works and report.replay_budget:
-            with sw("allocator"):
-                shares = _split_budget([len(w.roots) for w in works], report.replay_budget)
-            for w, b in zip(works, shares, strict=True):
-                w.replay_budget = int(b)
-
-        extra_envs = self._run_works(step, works, report, sw) if works else 0
-
+        report.replay_budget = plan.split_replays(ctx, works)
+        extra_envs = self._run_works(ctx, works) if works else 0
+        _check_failures(report, self.config.raise_on_failures)
         trees = [w.tree for w in works]
-        for t in trees:
-            t.compute_targets()
-        self._update_history(works)
-        if self.predictor is not None and cfg.update_predictor and trees:
-            report.predictor_update = self._update_predictor(trees, step)
-        report.accounted_cost = report.roots + report.replays * cfg.replay_cost
+        _update_history(history, trees)
+        if self.predictor is not None and self.config.update_predictor and trees:
+            report.predictor_update = self._update_predictor(trees, step, ctx.stopwatch)
+        report.accounted_cost = ctx.budget.accounted(report.roots, report.replay_charge)
         report.env_instances = self.pool.made + extra_envs
-        report.wall_s, report.time_s = sw.finish()
+        report.wall_s, report.time_s = ctx.stopwatch.finish()
         return StepResult(trees, report)
+
+    def context(self, step: int, report: StepReport, stopwatch: Stopwatch) -> StepContext:
+        """What one step's planning and execution read (`trace_gym.scheduling.StepContext`)."""
+        return step_context(
+            self.config, step, self.policy, self.pool, self.allocator, self.predictor, report, stopwatch
+        )
 
     def _new_report(self, step: int, candidates: int) -> StepReport:
         """The step's report (subclasses return a richer one)."""
         return StepReport(step=step, candidates=candidates, replay_cost=self.config.replay_cost)
 
-    def _run_works(self, step: int, works: list, report: StepReport, sw: Stopwatch) -> int:
+    def _run_works(self, ctx: StepContext, works: list[PromptWork]) -> int:
         """Roll out and expand every prompt (fills ``w.tree``); returns env instances made elsewhere.
 
         The one stage a distributed runner replaces (`trace_gym.distributed.RayRunner`).
         """
-        StepScheduler(self, step, report, sw).run(works)
+        StepScheduler(ctx, partial(plan.expand, ctx)).run(works)
         return 0
 
-    def _tell_step(self, step: int) -> None:
-        """Tell step-aware parts (the simulator's drifting skill) the training step."""
-        self.pool.step = step
-        for env in self.pool.free:
-            set_step(env, step)
-        set_step(self.policy, step)
-
-    # ------------------------------------------------------------------ stage 1-2
-    def _describe(self, task_id: str) -> tuple[str, dict[str, Any], float | None]:
+    def _describe(self, task_id: str, sw: Stopwatch) -> plan.Described:
         """The task's prompt and reset info (cached) and its exact value when the env has one.
 
         Envs with ``true_value()`` (the simulator) are reset every step, since the exact
         value moves with the policy; others are reset once per task.
         """
+        exact = self.pool.has_true_value
         cached = self._prompts.get(task_id)
-        if cached is not None and not self.has_true_value:
-            return cached[0], cached[1], None
+        if cached is not None and not exact:
+            return plan.Described(task_id, cached[0], cached[1], None)
         env = self.pool.acquire()
         try:
-            with self._sw("env"):
+            with sw("env"):
                 prompt, info = env.reset(
                     seed=stable_seed("describe", task_id), options={"task": task_id}
                 )
-                tv = float(unwrap(env).true_value()) if self.has_true_value else None
+                tv = float(unwrap(env).true_value()) if exact else None
         finally:
             self.pool.give_back(env)
         self._prompts[task_id] = (prompt, info)
-        return prompt, info, tv
+        return plan.Described(task_id, prompt, info, tv)
 
-    @property
-    def has_true_value(self) -> bool:
-        """Whether the env offers ``true_value()`` (decided once, on the first instance)."""
-        if self._true_value_known is None:
-            env = self.pool.acquire()
-            base = unwrap(env)
-            self._true_value_known = callable(getattr(base, "true_value", None))
-            self._env_id_cache = base.id
-            self.pool.give_back(env)
-        return self._true_value_known
-
-    def _allocate_roots(
-        self, ids: list[str], history: Mapping[str, VisitHistory]
-    ) -> list[PromptWork]:
-        cfg, sw = self.config, self._sw
-        described = [self._describe(t) for t in ids]
-        states = [
-            State(t, p, (), self._env_id()) for t, (p, _, _) in zip(ids, described, strict=True)
-        ]
-        values = self.predict(states)
-        cands = [
-            Candidate(id=t, value=float(v), history=history.get(t, VisitHistory()), true_value=tv)
-            for t, v, (_, _, tv) in zip(ids, values, described, strict=True)
-        ]
-        rng = np.random.default_rng(stable_seed("roots", cfg.seed, self._step))
-        with sw("allocator"):
-            counts = np.asarray(
-                self.allocator.allocate_roots(cands, cfg.root_budget, rng), dtype=int
-            )
-        if counts.shape != (len(cands),) or (counts < 0).any():
-            raise ConfigError(
-                f"allocator {getattr(self.allocator, 'name', self.allocator)!r} returned root counts of shape "
-                f"{counts.shape} (need {len(cands)} non-negative ints)"
-            )
-        if counts.sum() != cfg.root_budget:
-            log.warning("allocator placed %d of %d root rollouts", counts.sum(), cfg.root_budget)
-        works = []
-        for cand, (prompt, info, _), m in zip(cands, described, counts, strict=True):
-            if m <= 0:
-                continue
-            tree = RolloutTree(cand.id, prompt, env_id=self._env_id(), step=self._step)
-            tree.root.value = cand.value
-            tree.root.true_value = cand.true_value
-            tree.info.update(root_count=int(m), candidate_value=cand.value)
-            w = PromptWork(order=len(works), candidate=cand, tree=tree)
-            w.roots = [
-                Episode(
-                    work=w,
-                    kind="rollout",
-                    anchor=0,
-                    child=i,
-                    prompt=prompt,
-                    reset_info=info,
-                    env_seed=branch_seed(self._step, cand.id, 0, i, turn=0, base=cfg.seed),
-                )
-                for i in range(int(m))
-            ]
-            works.append(w)
-        return works
-
-    def _env_id(self) -> str:
-        self.has_true_value  # noqa: B018 - makes the first env and caches its id
-        return self._env_id_cache
-
-    def predict(self, states: list[State]) -> np.ndarray:
-        if self.predictor is None or not states:
-            return np.full(len(states), 0.5)
-        with self._sw("predictor"):
-            v = np.asarray(self.predictor.predict(states), dtype=float)
-        return np.clip(v, 0.0, 1.0)
-
-    # ------------------------------------------------------------------ stage 3-4
-
-    # ------------------------------------------------------------------ stage 5
-    def _update_history(self, works: list[PromptWork]) -> None:
-        """Record each visited prompt's root-rollout rewards (unbiased by replays)."""
-        for w in works:
-            tree = w.tree
-            rewards = []
-            for leaf in tree.leaves(include_failed=False):
-                if tree.nodes[leaf.id].origin == "rollout":
-                    rewards.append(float(leaf.reward))  # type: ignore[arg-type]
-            if not rewards:
-                continue
-            old = self.history.get(tree.prompt_id, VisitHistory())
-            succ = [r >= tree.success_threshold for r in rewards]
-            self.history[tree.prompt_id] = VisitHistory(
-                rewards=old.rewards + (tuple(rewards),),
-                all_success_streak=old.all_success_streak + 1 if all(succ) else 0,
-                all_failure_streak=old.all_failure_streak + 1 if not any(succ) else 0,
-            )
-
-    def _update_predictor(self, trees: list[RolloutTree], step: int) -> dict[str, float]:
+    def _update_predictor(
+        self, trees: list[RolloutTree], step: int, sw: Stopwatch
+    ) -> dict[str, float]:
         from trace_gym.predict import training_batch
 
         rng = np.random.default_rng(stable_seed("predictor", self.config.seed, step))
-        with self._sw("predictor"):
+        with sw("predictor"):
             states, targets, weights = training_batch(
                 trees, prefix_share=self.config.prefix_share, rng=rng
             )
@@ -344,8 +259,63 @@ class BranchingRunner:
         return {k: float(v) for k, v in (metrics or {}).items()}
 
 
-def _split_budget(weights: Sequence[float], total: int) -> np.ndarray:
-    """`trace_gym.alloc.split_budget` (largest remainder, sums exactly to `total`)."""
-    from trace_gym.alloc import split_budget
+def step_context(
+    config: RunnerConfig,
+    step: int,
+    policy: Policy,
+    pool: EnvPool,
+    allocator: Allocator,
+    predictor: Predictor | None,
+    report: StepReport,
+    stopwatch: Stopwatch,
+) -> StepContext:
+    """The `StepContext` of one step under `config` (the local runner's, or a Ray worker's)."""
+    return StepContext(
+        step=step,
+        policy=policy,
+        pool=pool,
+        allocator=allocator,
+        predict=plan.predictor_fn(predictor, stopwatch),
+        budget=config.budget,
+        report=report,
+        stopwatch=stopwatch,
+        seed=config.seed,
+        max_batch=config.max_batch,
+        reseed_replays=config.reseed_replays,
+        policy_retries=config.policy_retries,
+        policy_version=policy_version(policy),
+    )
 
-    return np.asarray(split_budget(list(weights), total), dtype=int)
+
+def _update_history(history: dict[str, VisitHistory], trees: list[RolloutTree]) -> None:
+    """Record each visited prompt's root-rollout rewards (unbiased by replays)."""
+    for tree in trees:
+        rewards = [
+            float(leaf.reward)  # type: ignore[arg-type]
+            for leaf in tree.leaves(include_failed=False)
+            if leaf.origin == "rollout"
+        ]
+        if not rewards:
+            continue
+        old = history.get(tree.prompt_id, VisitHistory())
+        succ = [r >= tree.success_threshold for r in rewards]
+        history[tree.prompt_id] = VisitHistory(
+            rewards=old.rewards + (tuple(rewards),),
+            all_success_streak=old.all_success_streak + 1 if all(succ) else 0,
+            all_failure_streak=old.all_failure_streak + 1 if not any(succ) else 0,
+        )
+
+
+def _check_failures(report: StepReport, raise_on_failures: bool) -> None:
+    """Warn (or raise) when more than half of the step's branches failed."""
+    branches = report.roots + report.replays
+    if not branches or 2 * report.failed_branches <= branches:
+        return
+    msg = (
+        f"step {report.step}: {report.failed_branches} of {branches} branches failed "
+        f"({report.policy_errors} policy, {report.env_errors} env errors); the trees' "
+        "failed leaves say where (node.failure) - an env or backend bug fails every branch"
+    )
+    if raise_on_failures:
+        raise BranchFailures(msg)
+    log.warning(msg)

@@ -1,12 +1,15 @@
-"""Stages 3-4 of a runner step: batched rollouts, per-prompt expansion, tree building.
+"""Stage 3 of a runner step: execute episodes in batched rounds and build the trees.
 
 `StepScheduler` runs one step's episodes in rounds. Each round admits queued episodes
 (replays of already-expanded prompts first, then roots, in a fixed order) up to
 ``max_batch`` live ones, makes *one* ``policy.generate`` call over every live episode
-and steps each env once. When the last root of a prompt finishes, that prompt is
-expanded on the spot (prefixes scored, replays allocated and queued); when its last
-replay finishes, its tree closes and its checkpoints are released. No prompt waits
-for another.
+and steps each env once. When the last root of a prompt finishes, its turns go into the
+tree and the ``on_roots_done(work)`` hook (`trace_gym.plan.expand`) returns the replays to
+queue; when its last replay finishes, its tree closes and its checkpoints are released.
+No prompt waits for another.
+
+The scheduler decides nothing about the budget and knows no runner: everything it reads
+comes in one `StepContext`.
 
 Episodes buffer their turns and are inserted into their tree in a fixed order (roots
 by index, replays by prefix then index), so node ids - and with them every branch
@@ -18,30 +21,27 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
 
-from trace_gym.alloc.base import Candidate
-from trace_gym.alloc.candidates import prefix_candidates
-from trace_gym.budget import Event, StepReport, Stopwatch
+from trace_gym.budget import Budget, Event, StepReport, Stopwatch
 from trace_gym.core import Checkpoint, unwrap
-from trace_gym.errors import ConfigError
-from trace_gym.policy import Conversation, PolicyOutput
+from trace_gym.errors import PolicyError
+from trace_gym.policy import Conversation, Policy, PolicyOutput
 from trace_gym.predict.base import State
-from trace_gym.seeding import branch_seed, stable_seed
-from trace_gym.tree import RolloutTree, Turn
-
-if TYPE_CHECKING:
-    from trace_gym.runner import BranchingRunner
+from trace_gym.seeding import branch_seed
+from trace_gym.tree import Failure, RolloutTree, Turn
 
 __all__ = [
     "EnvPool",
     "Episode",
     "PromptWork",
+    "StepContext",
     "StepScheduler",
     "set_step",
+    "tell_step",
 ]
 
 log = logging.getLogger(__name__)
@@ -69,7 +69,7 @@ class Episode:
     reward: float = 0.0
     terminated: bool = False
     truncated: bool = False
-    error: str | None = None
+    error: Failure | None = None
     overflow: bool = False
 
     @property
@@ -83,7 +83,7 @@ class PromptWork:
     """Bookkeeping of one selected prompt while its tree is open."""
 
     order: int
-    candidate: Candidate
+    #: the prompt's tree (its ``prompt_id`` is the task id), filled in as episodes finish
     tree: RolloutTree
     roots: list[Episode] = field(default_factory=list)
     replays: list[Episode] = field(default_factory=list)
@@ -102,6 +102,24 @@ class EnvPool:
         self.free: list[gym.Env] = []
         self.made = 0
         self.step: int | None = None
+        self._probe: tuple[bool, str] | None = None
+
+    def _probed(self) -> tuple[bool, str]:
+        if self._probe is None:  # decided once, on the first instance
+            env = self.acquire()
+            base = unwrap(env)
+            self._probe = (callable(getattr(base, "true_value", None)), base.id)
+            self.give_back(env)
+        return self._probe
+
+    @property
+    def has_true_value(self) -> bool:
+        """Whether the env offers ``true_value()`` (the simulator's exact success probability)."""
+        return self._probed()[0]
+
+    @property
+    def env_id(self) -> str:
+        return self._probed()[1]
 
     def acquire(self) -> gym.Env:
         if self.free:
@@ -129,28 +147,63 @@ def set_step(obj: Any, step: int) -> None:
         fn(step)
 
 
-def _exc(where: str, e: BaseException) -> str:
-    return f"{where}: {type(e).__name__}: {e}"
+def tell_step(step: int, pool: EnvPool, policy: Any) -> None:
+    """Tell step-aware parts (the simulator's drifting skill) the training step."""
+    pool.step = step
+    for env in pool.free:
+        set_step(env, step)
+    set_step(policy, step)
+
+
+def _exc(where: str, kind: str, e: BaseException) -> Failure:
+    return Failure(where, kind, f"{type(e).__name__}: {e}")
+
+
+@dataclass
+class StepContext:
+    """Everything one step's planning and execution read, handed down from the runner."""
+
+    step: int
+    policy: Policy
+    pool: EnvPool
+    #: the step's `trace_gym.alloc.Allocator`; only `trace_gym.plan` calls it (the
+    #: scheduler sits below the allocators and imports nothing from them)
+    allocator: Any
+    #: predicted success probabilities of states, in [0, 1] (timed by the caller)
+    predict: Callable[[list[State]], np.ndarray]
+    budget: Budget
+    report: StepReport
+    stopwatch: Stopwatch
+    #: the run's seed, mixed into every branch seed
+    seed: int = 0
+    #: most live episodes per policy call (None: all of them)
+    max_batch: int | None = None
+    #: give each replay a fresh env RNG from its branch seed after restoring
+    reseed_replays: bool = True
+    #: times a policy call that raised is re-sent before its branches are failed
+    policy_retries: int = 0
+    #: recorded on every node generated this step
+    policy_version: int | str | None = None
 
 
 class StepScheduler:
-    """Runs the episodes of one step for a `BranchingRunner` (see the module docstring)."""
+    """Runs the episodes of one step (see the module docstring).
 
-    def __init__(
-        self, runner: BranchingRunner, step: int, report: StepReport, stopwatch: Stopwatch
-    ):
-        self.runner = runner
-        self.config = runner.config
-        self.policy = runner.policy
-        self.allocator = runner.allocator
-        self.pool = runner.pool
-        self._step, self._report, self._sw = step, report, stopwatch
+    `on_roots_done(work)` is called once per prompt, after its root rollouts are in its
+    tree, and returns the replays to run from that tree's prefixes (or none).
+    """
+
+    def __init__(self, ctx: StepContext, on_roots_done: Callable[[PromptWork], list[Episode]]):
+        self.ctx = ctx
+        self.on_roots_done = on_roots_done
+        self.policy, self.pool = ctx.policy, ctx.pool
+        self._step, self._report, self._sw = ctx.step, ctx.report, ctx.stopwatch
         self._round = 0
-        self._true_value_known = runner.has_true_value
+        self._true_value_known = ctx.pool.has_true_value
 
     def run(self, works: list[PromptWork]) -> None:
         """Run rounds until every tree is closed."""
-        cap = self.config.max_batch
+        cap = self.ctx.max_batch
         pending: list[Episode] = [e for w in works for e in w.roots]
         live: list[Episode] = []
         while pending or live:
@@ -184,16 +237,15 @@ class StepScheduler:
             with sw("env"):
                 if ep.kind == "rollout":
                     ep.prompt, ep.reset_info = ep.env.reset(
-                        seed=ep.env_seed, options={"task": w.candidate.id}
+                        seed=ep.env_seed, options={"task": w.tree.prompt_id}
                     )
                 else:
                     base.restore(w.checkpoints[ep.anchor][0])
-                    if self.config.reseed_replays:
+                    if self.ctx.reseed_replays:
                         base.np_random = np.random.Generator(np.random.PCG64(ep.env_seed))
         except Exception as e:  # noqa: BLE001 - a broken branch is data
-            self._fail(
-                ep, _exc("env.reset" if ep.kind == "rollout" else "env.restore", e), env_error=True
-            )
+            where, kind = ("env.reset", "env") if ep.kind == "rollout" else ("env.restore", "infra")
+            self._fail(ep, _exc(where, kind, e), env_error=True)
 
     def _conversation(self, ep: Episode) -> Conversation:
         tree = ep.work.tree
@@ -203,7 +255,7 @@ class StepScheduler:
             ep.anchor,
             ep.child,
             turn=len(ep.turns) + 1,
-            base=self.config.seed,
+            base=self.ctx.seed,
         )
         ep.seeds.append(seed)
         return Conversation(
@@ -218,9 +270,9 @@ class StepScheduler:
             else tuple(tree.prompt_token_ids),
         )
 
-    def _generate(self, convs: list[Conversation]) -> list[PolicyOutput] | str:
-        """One policy call (with retries); the error text if it kept failing."""
-        rep, attempts = self._report, self.config.policy_retries + 1
+    def _generate(self, convs: list[Conversation]) -> list[PolicyOutput] | Failure:
+        """One policy call (with retries); the failure if it kept failing."""
+        rep, attempts = self._report, self.ctx.policy_retries + 1
         for attempt in range(attempts):
             self._round += 1
             rep.policy_calls += 1
@@ -229,12 +281,13 @@ class StepScheduler:
                 with self._sw("policy"):
                     outs = list(self.policy.generate(convs))
                 if len(outs) != len(convs):
-                    raise RuntimeError(
-                        f"returned {len(outs)} outputs for {len(convs)} conversations"
+                    raise PolicyError(
+                        f"returned {len(outs)} outputs for {len(convs)} conversations; a "
+                        "policy returns one PolicyOutput per conversation, in order"
                     )
                 return outs
             except Exception as e:  # noqa: BLE001 - recorded on every branch of the call
-                err = _exc("policy.generate", e)
+                err = _exc("policy.generate", "policy", e)
                 log.warning("%s (attempt %d of %d)", err, attempt + 1, attempts)
                 if attempt + 1 < attempts:
                     rep.retried_turns += len(convs)
@@ -247,7 +300,7 @@ class StepScheduler:
         rep = self._report
         rep.measured_turns += len(live)
         for i, (ep, conv) in enumerate(zip(live, convs, strict=True)):
-            if isinstance(outs, str):
+            if isinstance(outs, Failure):
                 self._fail(ep, outs, policy_error=True, seed=conv.seed)
             else:
                 self._take_turn(ep, outs[i], conv)
@@ -263,7 +316,8 @@ class StepScheduler:
             elif previous is not None and previous.obs_token_ids is None:
                 previous.obs_token_ids = list(out.context_token_ids)
         if out.error is not None:
-            self._fail(ep, f"policy: {out.error}", policy_error=True, seed=conv.seed, out=out)
+            kind = "overflow" if out.finish_reason == "overflow" else "policy"
+            self._fail(ep, Failure("policy", kind, out.error), policy_error=True, seed=conv.seed, out=out)
             return
         turn = Turn(
             action=out.text,
@@ -286,7 +340,7 @@ class StepScheduler:
                 done = bool(terminated or truncated)
                 ckpt = (base.checkpoint(), ep.env) if ep.kind == "rollout" and not done else None
         except Exception as e:  # noqa: BLE001 - a broken branch is data
-            self._fail(ep, _exc("env.step", e), env_error=True, seed=conv.seed, out=out)
+            self._fail(ep, _exc("env.step", "env", e), env_error=True, seed=conv.seed, out=out)
             return
         turn.observation, turn.reward, turn.info = obs, float(reward), dict(info)
         self._record(ep, turn, conv.seed, tv, ckpt)
@@ -315,7 +369,7 @@ class StepScheduler:
     def _fail(
         self,
         ep: Episode,
-        error: str,
+        error: Failure,
         *,
         env_error: bool = False,
         policy_error: bool = False,
@@ -347,18 +401,33 @@ class StepScheduler:
         if w.phase == "roots" and all(e.done for e in w.roots):
             self._event("roots_done", w)
             self._insert(w, w.roots)
-            self._expand(w, pending)
+            w.replays = list(self.on_roots_done(w))
+            # checkpoints no replay will restore are released now, the rest when the tree closes
+            used = {e.anchor for e in w.replays}
+            for n in [n for n in w.checkpoints if n not in used]:
+                self._release(w, n)
+            if w.replays:
+                w.phase = "replays"
+                self._event("expand", w)
+                pending.extend(w.replays)
+            else:
+                self._close(w)
         elif w.phase == "replays" and all(e.done for e in w.replays):
             self._close(w)
 
     def _insert(self, w: PromptWork, episodes: list[Episode]) -> None:
         """Append the buffered turns of `episodes` to the tree, in their fixed order."""
-        tree = w.tree
+        tree, version = w.tree, self.ctx.policy_version
         for ep in episodes:
             node_id = ep.anchor
             for k, turn in enumerate(ep.turns):
                 node = tree.add_child(
-                    node_id, turn, origin=ep.kind, seed=ep.seeds[k], true_value=ep.true_values[k]
+                    node_id,
+                    turn,
+                    origin=ep.kind,
+                    seed=ep.seeds[k],
+                    true_value=ep.true_values[k],
+                    policy_version=version,
                 )
                 node_id = node.id
                 if ep.checkpoints[k] is not None:
@@ -375,70 +444,6 @@ class StepScheduler:
                 tree.nodes[node_id].info["overflow"] = True
             if failed:
                 self._report.failed_branches += 1
-
-    def _expand(self, w: PromptWork, pending: list[Episode]) -> None:
-        """Score this prompt's prefixes, allocate its replays and queue them."""
-        cfg, tree = self.config, w.tree
-        prefix_ids = _prefix_nodes(tree)
-        if w.replay_budget > 0 and prefix_ids:
-            states = [
-                State(
-                    tree.prompt_id,
-                    tree.prompt,
-                    tuple((t.action, t.observation) for t in tree.turns(n)),
-                    tree.env_id,
-                )
-                for n in prefix_ids
-            ]
-            for n, v in zip(prefix_ids, self.runner.predict(states), strict=True):
-                tree.nodes[n].value = float(v)
-            leaves = [_chain_leaf(tree, first) for first in tree.root.children]
-            cands = prefix_candidates(tree, leaves, cost=cfg.replay_cost)
-            rng = np.random.default_rng(
-                stable_seed("prefixes", cfg.seed, self._step, tree.prompt_id)
-            )
-            with self._sw("allocator"):
-                counts = np.asarray(
-                    self.allocator.allocate_prefixes(cands, w.replay_budget, rng), dtype=int
-                )
-            if counts.shape != (len(cands),) or (counts < 0).any():
-                raise ConfigError(
-                    f"allocator {getattr(self.allocator, 'name', self.allocator)!r} returned prefix counts of "
-                    f"shape {counts.shape} (need {len(cands)} non-negative ints)"
-                )
-            for cand, k in zip(cands, counts, strict=True):
-                node = tree.nodes[cand.node]
-                prefix_turns = tuple(tree.turns(cand.node))
-                root_ep = w.roots[cand.rollout]
-                for j in range(int(k)):
-                    child = len(node.children) + j
-                    w.replays.append(
-                        Episode(
-                            work=w,
-                            kind="replay",
-                            anchor=cand.node,
-                            child=child,
-                            prompt=root_ep.prompt,
-                            reset_info=root_ep.reset_info,
-                            env_seed=branch_seed(
-                                self._step, tree.prompt_id, cand.node, child, turn=0, base=cfg.seed
-                            ),
-                            prefix_turns=prefix_turns,
-                        )
-                    )
-                    self._report.count_replay(node.depth)
-        self._report.replays_unspent += w.replay_budget - len(w.replays)
-        tree.info.update(replay_budget=w.replay_budget, replays=len(w.replays))
-        # checkpoints no replay will restore are released now, the rest when the tree closes
-        used = {ep.anchor for ep in w.replays}
-        for n in [n for n in w.checkpoints if n not in used]:
-            self._release(w, n)
-        if w.replays:
-            w.phase = "replays"
-            self._event("expand", w)
-            pending.extend(w.replays)
-        else:
-            self._close(w)
 
     def _close(self, w: PromptWork) -> None:
         self._insert(w, w.replays)
@@ -462,24 +467,3 @@ class StepScheduler:
 
 def _list(x: Any) -> list[Any] | None:
     return None if x is None else list(x)
-
-
-def _chain_leaf(tree: RolloutTree, node_id: int) -> int:
-    """The leaf at the end of the single-child chain starting at `node_id`."""
-    while tree.nodes[node_id].children:
-        node_id = tree.nodes[node_id].children[0]
-    return node_id
-
-
-def _prefix_nodes(tree: RolloutTree) -> list[int]:
-    """Node ids of every replayable prefix of the root rollouts, rollout by rollout.
-
-    Prefixes are the turn boundaries strictly inside a finished, non-failed rollout:
-    after turn 1 up to before its last turn (../shared/TRACE.md "Prefix level").
-    """
-    out = []
-    for first in tree.root.children:
-        leaf = tree.nodes[_chain_leaf(tree, first)]
-        if leaf.reward is not None:
-            out += [n.id for n in tree.path(leaf.id)[:-1]]
-    return out

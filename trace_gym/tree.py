@@ -15,6 +15,14 @@ Definitions (../shared/ALGORITHMS.md "Metrics"):
 - contrastive pairs at an anchor: (success leaf, failure leaf) pairs whose lowest
   common ancestor is that anchor; summed over anchors this is S * F per tree;
 - effective ratio of a batch: share of trees with at least one success and one failure.
+
+Targets are derived data: `add_child` and `finish` mark them stale and the first reader
+(`compute_targets`, `metrics`, `segments`, ...) computes them once, bottom-up.
+
+File format (JSONL, one tree per line, ``version`` 2): version 2 added each node's
+typed `Failure` record and the `policy_version` its turn was generated with. Version 1
+files are still read; they are upgraded in memory (a failure record parsed from the
+error text, no policy version).
 """
 
 from __future__ import annotations
@@ -27,13 +35,21 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from trace_gym.errors import TreeFormatError
+from trace_gym.errors import TreeError, TreeFormatError
 
 FORMAT_NAME = "trace-gym/rollout-tree"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+#: versions `RolloutTree.from_dict` reads (older ones are upgraded in memory)
+READ_VERSIONS = (1, 2)
+
+#: policy: the policy raised or returned an error; env: reset/step raised; overflow: the
+#: context would exceed the model's window; infra: checkpoint restore, workers, the rest
+FAILURE_KINDS = ("policy", "env", "overflow", "infra")
 
 __all__ = [
+    "FAILURE_KINDS",
     "FORMAT_VERSION",
+    "Failure",
     "Node",
     "RolloutTree",
     "Segment",
@@ -66,6 +82,41 @@ class Turn:
         return len(self.token_ids) if self.token_ids is not None else 0
 
 
+@dataclass(frozen=True)
+class Failure:
+    """Why a branch failed: where it happened, which kind of fault, and what was said."""
+
+    #: the call that failed: "policy.generate", "policy", "env.reset", "env.step", ...
+    where: str
+    #: one of `FAILURE_KINDS`
+    kind: str
+    message: str
+
+    def __post_init__(self) -> None:
+        if self.kind not in FAILURE_KINDS:
+            raise TreeError(f"failure kind {self.kind!r} is not one of {FAILURE_KINDS}")
+
+    def __str__(self) -> str:
+        return f"{self.where}: {self.message}" if self.where else self.message
+
+    @classmethod
+    def from_text(cls, text: str) -> Failure:
+        """The record of an error written as ``"where: message"`` (format-1 files, user code)."""
+        where, sep, message = text.partition(": ")
+        if not sep or " " in where:
+            where, message = "", text
+        head = where.lower()
+        if head.startswith("env"):
+            kind = "env"
+        elif head.startswith(("overflow", "context")):
+            kind = "overflow"
+        elif head.startswith("policy"):
+            kind = "policy"
+        else:
+            kind = "infra"
+        return cls(where, kind, message)
+
+
 @dataclass
 class Node:
     """A turn boundary. The root (id 0) has no turn."""
@@ -84,8 +135,13 @@ class Node:
     truncated: bool = False
     #: episode reward at a terminal node
     reward: float | None = None
-    #: set when the branch failed here (env or policy error); the leaf has no reward
+    #: set when the branch failed here (env or policy error); the leaf has no reward.
+    #: The one-line text of `failure`, kept for readers of format 1
     error: str | None = None
+    #: the typed record of that failure (where, kind, message)
+    failure: Failure | None = None
+    #: version of the policy this node's turn was generated with (None: not exposed)
+    policy_version: int | str | None = None
     #: seed the branch that created this node drew its randomness from
     seed: int | None = None
     #: predicted success probability when the allocator scored this node
@@ -157,6 +213,7 @@ class RolloutTree:
         self.success_threshold = float(success_threshold)
         self.info: dict[str, Any] = dict(info or {})
         self.nodes: list[Node] = [Node(id=0, parent=None, depth=0)]
+        self._targets_stale = True
 
     # ------------------------------------------------------------------ building
     @property
@@ -173,10 +230,11 @@ class RolloutTree:
         """Append the node reached from `parent` by `turn`; returns it."""
         p = self.nodes[parent]
         if p.terminal:
-            raise ValueError(f"node {parent} is terminal; it cannot have children")
+            raise TreeError(f"node {parent} is terminal; it cannot have children (finish() ended it)")
         node = Node(id=len(self.nodes), parent=parent, depth=p.depth + 1, turn=turn, origin=origin, **fields)
         self.nodes.append(node)
         p.children.append(node.id)
+        self._targets_stale = True
         return node
 
     def finish(
@@ -186,16 +244,23 @@ class RolloutTree:
         reward: float | None = None,
         terminated: bool = False,
         truncated: bool = False,
-        error: str | None = None,
+        error: str | Failure | None = None,
     ) -> None:
-        """Mark `node_id` as the end of an episode (or of a failed branch)."""
+        """Mark `node_id` as the end of an episode, or of a failed branch (`error` set).
+
+        `error` is a `Failure` record, or its text ``"where: message"`` (parsed into one).
+        """
         node = self.nodes[node_id]
         if node.children:
-            raise ValueError(f"node {node_id} has children and cannot end an episode")
+            raise TreeError(f"node {node_id} has children and cannot end an episode")
+        if isinstance(error, str):
+            error = Failure.from_text(error)
         node.terminal = True
         node.terminated, node.truncated = bool(terminated), bool(truncated)
-        node.error = error
+        node.failure = error
+        node.error = None if error is None else str(error)
         node.reward = None if error is not None else (0.0 if reward is None else float(reward))
+        self._targets_stale = True
 
     # ------------------------------------------------------------------ walking
     def path(self, node_id: int) -> list[Node]:
@@ -228,12 +293,16 @@ class RolloutTree:
         return [n for n in self.descendants(node_id) if n.is_leaf and n.id != 0]
 
     # ------------------------------------------------------------------ targets
-    def compute_targets(self) -> None:
+    def compute_targets(self, *, force: bool = False) -> None:
         """Bottom-up success rates: a node's target is the success rate of its leaves.
 
         Failed branches (no reward) are not counted; a node with only failed leaves
-        below gets target None.
+        below gets target None. Computed once after the last `add_child` / `finish`;
+        pass ``force=True`` after editing nodes by hand.
         """
+        if not (self._targets_stale or force):
+            return
+        self._targets_stale = False
         for node in reversed(self.nodes):  # children always have larger ids
             if node.is_leaf:
                 scored = node.reward is not None and node.id != 0
@@ -255,8 +324,7 @@ class RolloutTree:
         A segment starts at a child of an anchor and runs down while each node has
         exactly one child; it ends at a leaf or at the next anchor.
         """
-        if self.root.target is None and len(self.nodes) > 1:
-            self.compute_targets()
+        self.compute_targets()
         out = []
         for anchor in self.anchors():
             for child in anchor.children:
@@ -324,10 +392,10 @@ class RolloutTree:
                 f"{FORMAT_NAME!r}); was the file written by trace_gym.tree.save_trees?"
             )
         version = d.get("version")
-        if version != FORMAT_VERSION:
+        if version not in READ_VERSIONS:
             raise TreeFormatError(
                 f"rollout-tree format version {version!r} is not supported by this trace-gym "
-                f"(reads version {FORMAT_VERSION}); upgrade trace-gym or re-export the trees"
+                f"(reads versions {READ_VERSIONS}); upgrade trace-gym or re-export the trees"
             )
         try:
             tree = cls(
@@ -339,7 +407,7 @@ class RolloutTree:
                 success_threshold=d["success_threshold"],
                 info=d["info"],
             )
-            tree.nodes = [_node_from_dict(nd) for nd in d["nodes"]]
+            tree.nodes = [_node_from_dict(nd, version) for nd in d["nodes"]]
         except (KeyError, TypeError, ValueError) as e:
             raise TreeFormatError(f"corrupted rollout tree {d.get('prompt_id')!r}: {e!r}") from e
         _validate(tree)
@@ -357,10 +425,15 @@ def _node_to_dict(n: Node) -> dict[str, Any]:
     return d
 
 
-def _node_from_dict(d: dict[str, Any]) -> Node:
+def _node_from_dict(d: dict[str, Any], version: int = FORMAT_VERSION) -> Node:
     d = dict(d)
     turn = d.pop("turn")
-    return Node(turn=Turn(**turn) if turn is not None else None, **d)
+    failure = d.pop("failure", None)
+    if version == 1 and d.get("error") is not None:  # upgrade: parse the error text
+        failure = Failure.from_text(d["error"])
+    elif failure is not None:
+        failure = Failure(**failure)
+    return Node(turn=Turn(**turn) if turn is not None else None, failure=failure, **d)
 
 
 def _validate(tree: RolloutTree) -> None:

@@ -50,7 +50,7 @@ from trace_gym.envs.bfcl.scoring import (
 )
 
 from trace_gym.core import TraceEnv, Transition
-from trace_gym.errors import ConfigError
+from trace_gym.errors import ConfigError, ResetNeeded
 
 __all__ = ["BFCLEnv"]
 
@@ -155,7 +155,7 @@ class BFCLEnv(TraceEnv):
     def current_entry(self) -> BFCLEntry:
         """The entry of this episode, ground truth included (for oracles and analysis)."""
         if self._task_index is None:
-            raise ValueError("no episode yet; call env.reset() first")
+            raise ResetNeeded("no episode yet; call env.reset() first")
         return self.entries[self._task_index]
 
     @property

@@ -132,8 +132,8 @@ def test_trace_uses_both_exact_solvers():
 
 def test_trace_cost_aware_prefixes_respect_cost():
     pref = prefixes()
-    alloc = make_allocator("trace", cost_aware=True, replay_cost=0.5)
-    counts = alloc.allocate_prefixes(pref, 6, np.random.default_rng(0))
+    alloc = make_allocator("trace", cost_aware=True)
+    counts = alloc.allocate_prefixes(pref, 6 * 0.5, np.random.default_rng(0))  # the runner's cost budget
     assert float(counts @ np.array([p.cost for p in pref])) <= 6 * 0.5 + 1e-9
     assert counts.sum() >= 4  # cheap prefixes: at least as many replays as 3 / 0.75
 

@@ -133,3 +133,15 @@ def test_render_ansi_shows_transcript():
     env.step("add 1")
     text = env.render()
     assert "[assistant]\nadd 1" in text and "Reach 3" in text
+
+
+def test_public_api_raises_the_project_errors():
+    import gymnasium as gym
+
+    from trace_gym.errors import ConfigError, NotATraceEnv, TraceGymError
+
+    with pytest.raises(NotATraceEnv, match="subclass trace_gym.core.TraceEnv") as e:
+        trace_gym.unwrap(gym.make("CartPole-v1"))
+    assert isinstance(e.value, TraceGymError) and isinstance(e.value, TypeError)
+    with pytest.raises(ConfigError, match="max_turns"):
+        CountdownEnv(max_turns=0)

@@ -4,11 +4,21 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import pytest
 
-from trace_gym.errors import TreeFormatError
-from trace_gym.tree import RolloutTree, Turn, batch_metrics, effective_ratio, load_trees, save_trees
+from trace_gym.errors import TreeError, TreeFormatError
+from trace_gym.tree import (
+    FORMAT_VERSION,
+    Failure,
+    RolloutTree,
+    Turn,
+    batch_metrics,
+    effective_ratio,
+    load_trees,
+    save_trees,
+)
 
 
 def _turn(i: int) -> Turn:
@@ -139,3 +149,64 @@ def test_wrong_version_and_corruption_give_clear_errors(tmp_path):
     missing.write_text(json.dumps({k: v for k, v in d.items() if k != "prompt"}) + "\n")
     with pytest.raises(TreeFormatError, match="corrupted"):
         load_trees(missing)
+
+
+# ---------------------------------------------------------------------- format 2
+FIXTURE_V1 = Path(__file__).parent.parent / "fixtures" / "trees_v1"
+
+
+def test_failure_record_and_policy_version_round_trip(tmp_path):
+    t = RolloutTree("p3", "prompt")
+    a = t.add_child(0, _turn(1), policy_version=7)
+    t.finish(a.id, error=Failure("env.step", "env", "OSError: backend crashed"))
+    b = t.add_child(0, _turn(2), policy_version=7)
+    t.finish(b.id, error="policy: backend refused")  # text is parsed into a record
+    assert a.error == "env.step: OSError: backend crashed"
+    assert b.failure == Failure("policy", "policy", "backend refused")
+    d = json.loads(json.dumps(t.to_dict()))
+    assert d["version"] == FORMAT_VERSION == 2
+    assert d["nodes"][1]["failure"] == {"where": "env.step", "kind": "env", "message": "OSError: backend crashed"}
+    assert d["nodes"][2]["policy_version"] == 7
+    back = load_trees(save_trees([t], tmp_path / "v2.jsonl"))[0]
+    assert back == t and back[1].failure == a.failure and back[2].policy_version == 7
+    with pytest.raises(TreeError, match="kind"):
+        Failure("env.step", "cosmic-ray", "?")
+
+
+def test_version_1_files_are_read_and_upgraded(tmp_path):
+    old = load_trees(sorted(FIXTURE_V1.glob("math-trace.jsonl.gz"))[0])  # written by format-1 code
+    assert old and all(n.failure is None and n.policy_version is None for t in old for n in t.nodes)
+    assert all(t.to_dict()["version"] == 2 for t in old)  # upgraded in memory, written as 2
+    d = build_tree().to_dict()
+    d["version"] = 1
+    for n in d["nodes"]:  # a format-1 node has neither field
+        del n["failure"], n["policy_version"]
+    d["nodes"][7].update(error="env.step: OSError: gone", reward=None)
+    path = tmp_path / "v1.jsonl"
+    path.write_text(json.dumps(d) + "\n")
+    (tree,) = load_trees(path)
+    assert tree[7].failure == Failure("env.step", "env", "OSError: gone")
+    assert tree[7].error == "env.step: OSError: gone" and tree[1].failure is None
+    assert tree.metrics().failed_branches == 1
+
+
+def test_targets_are_computed_once_and_marked_stale_by_edits(monkeypatch):
+    t = build_tree()
+    calls = []
+    real = RolloutTree.compute_targets
+
+    def counting(self, **kw):
+        calls.append(self._targets_stale)
+        return real(self, **kw)
+
+    monkeypatch.setattr(RolloutTree, "compute_targets", counting)
+    t.metrics()
+    t.segments()
+    t.metrics()
+    assert calls[0] is True and not any(calls[1:])  # the first reader computed, others read
+    assert t.root.target == 0.5
+    n = t.add_child(0, _turn(8))
+    assert calls[-1] is False and t._targets_stale  # add_child marked them stale
+    t.finish(n.id, reward=1.0, terminated=True)
+    assert t.metrics().successes == 3 and t.root.target == pytest.approx(3 / 5)
+    assert calls[-2:] == [True, False]  # recomputed once, then read

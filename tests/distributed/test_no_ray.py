@@ -7,6 +7,7 @@ import sys
 
 import pytest
 
+from trace_gym import plan
 from trace_gym.alloc import make_allocator
 from trace_gym.budget import Event, StepReport, Stopwatch
 from trace_gym.distributed import (
@@ -76,8 +77,9 @@ def test_ray_config_rejects_bad_values(kwargs):
 
 def test_shard_works_balances_cost_and_keeps_every_prompt_once():
     runner = BranchingRunner(*_args())
-    runner._sw, runner._step = Stopwatch(), 0  # what run_step sets before allocating
-    works = runner._allocate_roots([f"count-{i}" for i in range(8)], {})
+    ctx = runner.context(0, StepReport(step=0), Stopwatch())
+    described = [runner._describe(f"count-{i}", ctx.stopwatch) for i in range(8)]
+    works = plan.plan_roots(ctx, described, {})
     for w, b in zip(works, range(len(works)), strict=True):
         w.replay_budget = b
     shards = shard_works(works, 3)

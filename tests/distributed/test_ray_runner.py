@@ -8,7 +8,7 @@ import pytest
 from trace_gym.alloc import make_allocator
 from trace_gym.distributed import RayConfig, RayRunner, WorkerLost, WorkerPolicy, make_runner
 from trace_gym.distributed.testing import CrashOnCall
-from trace_gym.errors import ConfigError
+from trace_gym.errors import AllocationError, ConfigError
 from trace_gym.predict import make_predictor
 from trace_gym.runner import BranchingRunner, RunnerConfig
 from trace_gym.testing import CountdownEnv, RandomCountdownPolicy
@@ -145,7 +145,7 @@ def test_an_error_raised_on_a_worker_is_raised_in_the_driver_not_retried():
         RayConfig(num_workers=1, worker_cpus=0.5),
     )  # fmt: skip
     try:
-        with pytest.raises(ConfigError, match="prefix counts"):
+        with pytest.raises(AllocationError, match="prefix counts"):  # mid-step: not a ConfigError
             remote.run_step(0, TASKS)
     finally:
         remote.close()

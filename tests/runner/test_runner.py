@@ -2,25 +2,21 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Sequence
 
 import numpy as np
 import pytest
 
-from trace_gym import runner as runner_mod
+from trace_gym import sim
+from trace_gym.alloc import make_allocator
 from trace_gym.alloc.base import Candidate, PrefixCandidate
-from trace_gym.errors import ConfigError
+from trace_gym.budget import Budget
+from trace_gym.errors import AllocationError, BranchFailures, ConfigError
 from trace_gym.runner import BranchingRunner, RunnerConfig
 from trace_gym.seeding import branch_seed
 from trace_gym.testing import CountdownEnv, RandomCountdownPolicy
-
-try:  # the real allocators and split_budget once the alloc issue has landed
-    from trace_gym.alloc import make_allocator, split_budget  # noqa: F401
-
-    HAVE_ALLOC = True
-except ImportError:
-    HAVE_ALLOC = False
 
 
 class StubAllocator:
@@ -53,21 +49,6 @@ class StubAllocator:
         if prefixes:
             np.add.at(out, rng.integers(0, len(prefixes), size=budget), 1)
         return out
-
-
-def _largest_remainder(weights, total):
-    w = np.asarray(weights, dtype=float)
-    exact = w / w.sum() * total
-    out = np.floor(exact).astype(int)
-    order = np.argsort(-(exact - out), kind="stable")
-    out[order[: total - out.sum()]] += 1
-    return out
-
-
-@pytest.fixture(autouse=True)
-def _split(monkeypatch):
-    if not HAVE_ALLOC:
-        monkeypatch.setattr(runner_mod, "_split_budget", _largest_remainder)
 
 
 def make_runner(
@@ -331,13 +312,11 @@ def test_history_and_flat_allocator():
 
 
 # ---------------------------------------------------------------------- with the real parts
-sim = pytest.importorskip("trace_gym.sim")
 
 
 def sim_runner(allocator="trace", predictor="features", max_batch=None, seed=0, roots=24):
     import gymnasium as gym
 
-    from trace_gym.alloc import make_allocator
     from trace_gym.predict import make_predictor
 
     return BranchingRunner(
@@ -352,7 +331,6 @@ def sim_runner(allocator="trace", predictor="features", max_batch=None, seed=0, 
 SIM_TASKS = [f"sim-hotpotqa-0-{i}" for i in range(0, 64, 2)]
 
 
-@pytest.mark.skipif(not HAVE_ALLOC, reason="trace_gym.alloc allocators not built yet")
 @pytest.mark.parametrize("allocator", ["trace", "oracle", "treepo"])
 def test_sim_trees_identical_under_batching_and_budget_exact(allocator):
     a = sim_runner(allocator, max_batch=None)
@@ -371,7 +349,6 @@ def test_sim_trees_identical_under_batching_and_budget_exact(allocator):
     assert sum(rb.report.replays_by_depth.values()) == rb.report.replays
 
 
-@pytest.mark.skipif(not HAVE_ALLOC, reason="trace_gym.alloc allocators not built yet")
 def test_sim_expansion_is_local_and_failures_stay_local():
     class Failing(sim.SimPolicy):
         def generate(self, conversations):
@@ -396,11 +373,8 @@ def test_sim_expansion_is_local_and_failures_stay_local():
     assert intact and all(x.to_dict() == y.to_dict() for x, y in intact)
 
 
-@pytest.mark.skipif(not HAVE_ALLOC, reason="trace_gym.alloc allocators not built yet")
 def test_step_is_told_to_drifting_policy_and_every_env():
     import gymnasium as gym
-
-    from trace_gym.alloc import make_allocator
 
     policy = sim.SimPolicy("math", drift=True)
     r = BranchingRunner(
@@ -420,3 +394,162 @@ def test_step_is_told_to_drifting_policy_and_every_env():
     z6 = {t.prompt_id: t.root.true_value for t in res.trees}
     common = set(z0) & set(z6)
     assert common and any(abs(z0[p] - z6[p]) > 1e-6 for p in common)
+
+
+# ---------------------------------------------------------------------- typed failures
+class BrokenEnv(CountdownEnv):
+    """Every step raises: an env bug that fails every branch."""
+
+    def _step(self, action):
+        raise OSError("backend down")
+
+
+def test_failures_are_typed_records_on_the_leaf():
+    got = make_runner(env_factory=lambda: FlakyEnv(num_tasks=8)).run_step(0, TASKS)
+    failed = [n for t in got.trees for n in t.nodes if n.failed]
+    assert failed and all(
+        n.failure.where == "env.step" and n.failure.kind == "env" and str(n.failure) == n.error
+        for n in failed
+    )
+    d = next(t for t in got.trees if t.prompt_id == "count-1").to_dict()
+    assert {n["failure"]["kind"] for n in d["nodes"] if n["failure"]} == {"env"}
+    got = make_runner(RandomCountdownPolicy(fail_on_call=2), max_batch=4).run_step(0, TASKS)
+    kinds = {(n.failure.where, n.failure.kind) for t in got.trees for n in t.nodes if n.failed}
+    assert kinds == {("policy.generate", "policy")}
+
+
+def test_most_branches_failing_warns_or_raises(caplog):
+    with caplog.at_level("WARNING", logger="trace_gym.runner"):
+        rep = make_runner(env_factory=lambda: BrokenEnv(num_tasks=8)).run_step(0, TASKS).report
+    assert rep.failed_branches == rep.roots + rep.replays > 0
+    assert any("branches failed" in r.getMessage() for r in caplog.records)
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="trace_gym.runner"):
+        make_runner(env_factory=lambda: FlakyEnv(num_tasks=8)).run_step(0, TASKS)
+    assert not any("branches failed" in r.getMessage() for r in caplog.records)  # a minority
+    with pytest.raises(BranchFailures, match=r"16 of 16 branches failed"):
+        make_runner(env_factory=lambda: BrokenEnv(num_tasks=8), raise_on_failures=True).run_step(
+            0, TASKS
+        )
+
+
+class VersionedPolicy(RandomCountdownPolicy):
+    version = 3
+
+
+def test_policy_version_is_recorded_on_every_generated_node():
+    trees = make_runner(VersionedPolicy()).run_step(0, TASKS).trees
+    assert {n.policy_version for t in trees for n in t.nodes[1:]} == {3}
+    assert all(t.root.policy_version is None for t in trees)
+    trees = make_runner().run_step(0, TASKS).trees
+    assert {n.policy_version for t in trees for n in t.nodes} == {None}
+
+
+def test_history_passed_to_run_step_is_the_one_updated():
+    r = make_runner()
+    mine: dict = {}
+    r.run_step(0, TASKS, history=mine)
+    assert mine and not r.history
+    assert all(h.visits == 1 for h in mine.values())
+    r.run_step(1, TASKS, history=mine)
+    assert all(h.visits == 2 for p, h in mine.items() if p in {t for t in TASKS})
+    r.run_step(2, TASKS)
+    assert r.history and all(h.visits == 1 for h in r.history.values())
+
+
+class BadCountsAllocator(StubAllocator):
+    def allocate_prefixes(self, prefixes, budget, rng):
+        return -np.ones(len(prefixes), dtype=int)
+
+
+def test_bad_allocator_output_mid_step_is_an_allocation_error():
+    with pytest.raises(AllocationError, match="prefix counts"):
+        make_runner(allocator=BadCountsAllocator()).run_step(0, TASKS)
+
+
+def test_one_step_reads_top_down_with_no_import_back_up():
+    """runner -> plan -> alloc -> scheduling: scheduling imports none of the layers above it."""
+    import ast
+    import importlib
+
+    def imports(mod):
+        src = importlib.import_module(mod).__file__
+        tree = ast.parse(open(src, encoding="utf-8").read())
+        names = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                names.add(node.module)
+                names.update(f"{node.module}.{a.name}" for a in node.names)
+            elif isinstance(node, ast.Import):
+                names.update(a.name for a in node.names)
+        return names
+
+    below = {m for m in imports("trace_gym.scheduling") if m.startswith("trace_gym.")}
+    assert not {m for m in below if m.split(".")[1] in ("runner", "plan", "alloc")}
+    assert "trace_gym.runner" not in imports("trace_gym.plan")
+    assert not {"trace_gym.runner", "trace_gym.plan", "trace_gym.scheduling"} & imports("trace_gym.budget")
+
+
+# ---------------------------------------------------------------------- cost-aware budget
+class OverspendingAllocator(StubAllocator):
+    cost_aware = True
+
+    def allocate_prefixes(self, prefixes, budget, rng):
+        return np.full(len(prefixes), 100, dtype=int)
+
+
+def test_a_cost_aware_allocator_cannot_overspend():
+    with pytest.raises(AllocationError, match="over its budget"):
+        make_runner(allocator=OverspendingAllocator()).run_step(0, TASKS)
+
+
+def test_cost_aware_trace_changes_counts_but_not_the_accounted_budget():
+    flat = make_runner(allocator=make_allocator("trace", m_max=8), roots=16).run_step(0, TASKS)
+    aware = make_runner(
+        allocator=make_allocator("trace", m_max=8, cost_aware=True), roots=16
+    ).run_step(0, TASKS)
+    nominal = RunnerConfig(root_budget=16, replays_per_root=2.0).accounted_budget  # 32
+    fr, ar = flat.report, aware.report
+    # the flat run charges every replay 0.5; the cost-aware one each its (T - d) / T
+    assert fr.replay_charge == 0.5 * fr.replays and fr.accounted_cost <= nominal
+    assert ar.accounted_cost == ar.roots + ar.replay_charge <= nominal + 1e-9
+    assert ar.replays_by_depth != fr.replays_by_depth  # it buys other (cheaper) replays
+    assert ar.replays > fr.replays  # more of them ...
+    assert ar.replay_charge <= fr.replay_charge + 1e-9  # ... for no more accounted cost
+    # the charge is exactly the remaining-turn share of every replay
+    charge = 0.0
+    for t in aware.trees:
+        for n in t.nodes[1:]:
+            if n.origin == "replay" and t.nodes[n.parent].origin == "rollout":
+                leaf = t.nodes[n.parent]
+                while leaf.children and t.nodes[leaf.children[0]].origin == "rollout":
+                    leaf = t.nodes[leaf.children[0]]
+                charge += (leaf.depth - t.nodes[n.parent].depth) / leaf.depth
+    assert charge == pytest.approx(ar.replay_charge)
+
+
+def test_default_trees_do_not_depend_on_the_cost_function(monkeypatch):
+    """Charging each replay its own cost leaves non-cost-aware plans alone."""
+    ref = make_runner(allocator=make_allocator("trace", m_max=8)).run_step(0, TASKS)
+    flat = RunnerConfig.budget.fget
+
+    def odd_costs(cfg):
+        return dataclasses.replace(flat(cfg), cost=lambda depth, turns: 0.01)
+
+    monkeypatch.setattr(RunnerConfig, "budget", property(odd_costs))
+    got = make_runner(allocator=make_allocator("trace", m_max=8)).run_step(0, TASKS)
+    assert [t.to_dict() for t in got.trees] == [t.to_dict() for t in ref.trees]
+    assert got.report.accounted_cost == ref.report.accounted_cost
+    aware = make_runner(allocator=make_allocator("trace", m_max=8, cost_aware=True)).run_step(0, TASKS)
+    assert aware.report.replay_charge == pytest.approx(0.01 * aware.report.replays)  # it is used
+
+
+def test_budget_is_the_one_place_of_the_arithmetic():
+    b = Budget.per_root(16, 2.5, 0.5)
+    assert (b.roots, b.replays, b.replay_cost) == (16, 40, 0.5)
+    assert b.accounted() == 16 + 40 * 0.5 == RunnerConfig(16, 2.5).accounted_budget
+    assert b.accounted(10, [0.25, 0.75]) == b.accounted(10, 1.0) == 11.0
+    assert b.prefix_cost(False) == 0.5 and b.prefix_cost(True)(1, 4) == 0.75
+    assert b.prefix_budget(6, False) == 6 and b.prefix_budget(6, True) == 3.0
+    with pytest.raises(ConfigError, match="replay_cost"):
+        Budget(4, 2, replay_cost=-1.0)

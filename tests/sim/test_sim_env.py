@@ -170,4 +170,14 @@ def test_sampled_trees_carry_true_values_and_targets():
             if not node.terminal:
                 acts = [t.action for t in tree.turns(node.id)]
                 assert node.true_value == pytest.approx(true_value(tree.prompt_id, acts))
-    assert trace_gym.tree.effective_ratio(trees) >= 0
+    # the effective ratio is the share of trees whose leaves saw both outcomes
+    mixed = [len({leaf.reward for leaf in t.leaves()}) == 2 for t in trees]
+    assert {leaf.reward for t in trees for leaf in t.leaves()} <= {0.0, 1.0}
+    assert trace_gym.tree.effective_ratio(trees) == pytest.approx(sum(mixed) / len(trees))
+
+
+def test_true_value_before_reset_says_what_to_do():
+    from trace_gym.errors import ResetNeeded
+
+    with pytest.raises(ResetNeeded, match="call env.reset"):
+        SimEnv("math", num_tasks=4).true_value()

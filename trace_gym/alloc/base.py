@@ -71,7 +71,8 @@ class PrefixCandidate:
     reward: float
     #: predicted success probability from this prefix
     value: float
-    #: cost of one replay from here, in trajectory-equivalents (default: 0.5)
+    #: cost of one replay from here, in trajectory-equivalents: the flat replay cost
+    #: (0.5), or for a cost-aware allocator the share of turns a replay regenerates
     cost: float = 0.5
     #: exact success probability from this prefix (simulator only)
     true_value: float | None = None
@@ -97,5 +98,10 @@ class Allocator(Protocol):
     def allocate_prefixes(
         self, prefixes: Sequence[PrefixCandidate], budget: int, rng: np.random.Generator
     ) -> np.ndarray:
-        """Replays per prefix (int array, same order), summing to `budget`."""
+        """Replays per prefix (int array, same order), summing to `budget`.
+
+        An allocator with a true ``cost_aware`` attribute gets `budget` in
+        trajectory-equivalents instead (a float) and prefixes that each carry their own
+        `cost`; its counts may then sum to anything whose total cost fits the budget.
+        """
         ...

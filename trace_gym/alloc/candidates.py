@@ -11,19 +11,19 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 
 from trace_gym.alloc.base import PrefixCandidate
+from trace_gym.budget import remaining_turn_cost
 from trace_gym.errors import AllocationError
 from trace_gym.tree import Node, RolloutTree
 
 __all__ = ["prefix_candidates", "remaining_turn_cost"]
 
 
-def remaining_turn_cost(depth: int, rollout_turns: int) -> float:
-    """Cost of one replay from `depth` of a `rollout_turns`-turn rollout, in trajectory-equivalents.
-
-    The share of the rollout's turns a replay regenerates: (T - d) / T. An early
-    prefix costs nearly a full rollout, a late one little (TRACE.md "Budget accounting").
-    """
-    return (rollout_turns - depth) / rollout_turns
+def _cost_of(cost: Callable[[int, int], float] | float | None, depth: int, turns: int) -> float:
+    if cost is None:
+        return 0.5
+    if callable(cost):
+        return float(cost(depth, turns))
+    return float(cost)
 
 
 def _lookup(values, node: Node) -> float | None:
@@ -80,12 +80,6 @@ def prefix_candidates(
                     f"prefix node {node.id} of tree {tree.prompt_id!r} has no predicted value; "
                     "score it first (set node.value) or pass values={node_id: value}"
                 )
-            if cost is None:
-                c = 0.5
-            elif callable(cost):
-                c = float(cost(node.depth, turns))
-            else:
-                c = float(cost)
             out.append(
                 PrefixCandidate(
                     rollout=rollout,
@@ -93,7 +87,7 @@ def prefix_candidates(
                     depth=node.depth,
                     reward=reward,
                     value=float(value),
-                    cost=c,
+                    cost=_cost_of(cost, node.depth, turns),
                     true_value=node.true_value,
                     rollout_turns=turns,
                 )

@@ -3,7 +3,8 @@
 - expected mixed groups: sum f(v_i, m_i) of the root allocation, under the predicted
   values and (simulator only) the true ones;
 - expected flips: sum (1 - q_j^k_j) of a prefix allocation, likewise;
-- accounted cost: roots cost 1 trajectory, a replay `replay_cost` (0.5 as in the paper);
+- accounted cost: roots cost 1 trajectory, a replay `replay_cost` (0.5 as in the paper),
+  the arithmetic of `trace_gym.budget.Budget`;
 - measured cost: turns and tokens actually generated, split into root and replay turns,
   read from the finished trees.
 """
@@ -17,6 +18,7 @@ import numpy as np
 
 from trace_gym.alloc.base import Candidate, PrefixCandidate
 from trace_gym.alloc.solvers import VALUE_EPS, _as_int, prefix_value, root_value
+from trace_gym.budget import Budget
 from trace_gym.errors import AllocationError
 from trace_gym.tree import RolloutTree
 
@@ -90,7 +92,7 @@ def accounted_cost(root_counts, replay_counts=(), replay_cost: float = 0.5) -> f
         raise AllocationError(f"replay_cost must be >= 0; got {replay_cost}")
     roots = int(np.sum(root_counts)) if np.ndim(root_counts) else _as_int(root_counts, "root count")
     replays = int(np.sum(replay_counts)) if np.ndim(replay_counts) else _as_int(replay_counts, "replay count")
-    return roots + replay_cost * replays
+    return Budget(roots, replays, replay_cost).accounted()
 
 
 def measured_cost(trees: Sequence[RolloutTree]) -> MeasuredCost:

@@ -69,17 +69,16 @@ def random_prefixes(num: int, budget: int, rng: np.random.Generator) -> np.ndarr
     return np.bincount(rng.integers(num, size=budget), minlength=num).astype(np.int64)
 
 
-def _prefix_split(prefixes: Sequence[PrefixCandidate], budget: int, *, use_true: bool, cost_aware: bool,
-                  replay_cost: float) -> np.ndarray:
-    """TRACE's prefix rule on predicted (or true) values; optional per-prefix costs."""
+def _prefix_split(prefixes: Sequence[PrefixCandidate], budget: float, *, use_true: bool,
+                  cost_aware: bool) -> np.ndarray:
+    """TRACE's prefix rule on predicted (or true) values; per-prefix costs when cost-aware."""
     if not prefixes:
         return np.zeros(0, dtype=np.int64)
     values = [_true(p, "prefix") if use_true else p.value for p in prefixes]
     rewards = [p.reward for p in prefixes]
     if cost_aware:
-        costs = [p.cost for p in prefixes]
-        return solve_prefixes(values, rewards, budget * replay_cost, costs).counts
-    return solve_prefixes(values, rewards, budget).counts
+        return solve_prefixes(values, rewards, budget, [p.cost for p in prefixes]).counts
+    return solve_prefixes(values, rewards, _as_int(budget, "prefix budget")).counts
 
 
 def _true(record, what: str) -> float:
@@ -125,9 +124,12 @@ class TraceAllocator(FlatAllocator):
     Roots: m_i in {0, 2..m_max} with sum m_i = budget maximising the expected number of
     mixed groups sum (1 - v^m - (1 - v)^m) (`solve_roots`). Prefixes: the prompt's
     continuation budget split over its visited prefixes maximising sum (1 - q^k)
-    (`solve_prefixes`). `cost_aware=True` charges each replay its prefix's `cost` and
-    spends at most `budget * replay_cost` (the count of replays may then differ from
-    `budget`); `exact_budget=False` lets the root counts sum to less than the budget.
+    (`solve_prefixes`). `cost_aware=True` declares that its prefix budget is in
+    trajectory-equivalents and that each replay costs its prefix's `cost`: the runner
+    then passes ``replays * replay_cost`` and each prefix's remaining-turn cost
+    (`trace_gym.budget.Budget.prefix_budget`), and charges every replay that cost, so the
+    count of replays may differ from the replay budget but the accounted cost cannot
+    exceed it. `exact_budget=False` lets the root counts sum to less than the budget.
     """
 
     name: ClassVar[str] = "trace"
@@ -136,13 +138,10 @@ class TraceAllocator(FlatAllocator):
     use_true_prefixes: ClassVar[bool] = False
 
     def __init__(self, *, m_max: int = 16, group_size: int = 8, exact_budget: bool = True,
-                 cost_aware: bool = False, replay_cost: float = 0.5):
+                 cost_aware: bool = False):
         super().__init__(m_max=m_max, group_size=group_size)
-        if not replay_cost > 0:
-            raise ConfigError(f"replay_cost must be > 0 (trajectory-equivalents per replay); got {replay_cost}")
         self.exact_budget = bool(exact_budget)
         self.cost_aware = bool(cost_aware)
-        self.replay_cost = float(replay_cost)
 
     def allocate_roots(self, candidates: Sequence[Candidate], budget: int, rng: np.random.Generator) -> np.ndarray:
         budget = _check_pool(len(candidates), budget)
@@ -151,11 +150,9 @@ class TraceAllocator(FlatAllocator):
         values = [_true(c, "candidate") if self.use_true_roots else c.value for c in candidates]
         return solve_roots(values, budget, self.m_max, exact_budget=self.exact_budget).counts
 
-    def allocate_prefixes(self, prefixes: Sequence[PrefixCandidate], budget: int,
+    def allocate_prefixes(self, prefixes: Sequence[PrefixCandidate], budget: float,
                           rng: np.random.Generator) -> np.ndarray:
-        budget = _as_int(budget, "prefix budget")
-        return _prefix_split(prefixes, budget, use_true=self.use_true_prefixes, cost_aware=self.cost_aware,
-                             replay_cost=self.replay_cost)
+        return _prefix_split(prefixes, budget, use_true=self.use_true_prefixes, cost_aware=self.cost_aware)
 
 
 class OracleAllocator(TraceAllocator):

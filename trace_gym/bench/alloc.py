@@ -21,7 +21,7 @@ import json
 import logging
 import math
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -247,9 +247,6 @@ def _record(
 
 def run_bench(cfg: BenchConfig) -> BenchResult:
     """Run every policy on every seed; returns the summary and per-step records."""
-    from trace_gym.alloc import make_allocator
-    from trace_gym.predict import make_predictor
-
     try:
         from tqdm import tqdm
     except ImportError:  # pragma: no cover - tqdm is a core dependency
@@ -267,47 +264,60 @@ def run_bench(cfg: BenchConfig) -> BenchResult:
                 file=sys.stderr,
                 disable=not cfg.progress,
             )
-        n_cand = min(cfg.candidates_per_step, len(source.task_ids))
-        pools = [
-            list(
-                np.random.default_rng(stable_seed("bench-candidates", seed, step)).choice(
-                    source.task_ids, n_cand, replace=False
-                )
-            )
-            for step in range(cfg.steps)
-        ]
+        pools = candidate_pools(cfg, source, seed)
         for name in names:
-            allocator = make_allocator(name, m_max=cfg.m_max, group_size=cfg.group_size)
-            branching = bool(getattr(allocator, "branching", True))
-            rcfg = RunnerConfig(
-                root_budget=cfg.roots if branching else cfg.flat_roots,
-                replays_per_root=cfg.replays if branching else 0.0,
-                m_max=cfg.m_max,
-                max_batch=cfg.max_batch,
-                seed=seed,
-            )
-            runner = BranchingRunner(
-                source.make_policy(),
-                source.env_factory,
-                allocator,
-                make_predictor(cfg.predictor),
-                rcfg,
-            )
-            try:
-                for step, pool in enumerate(pools):
-                    trees, report = runner.run_step(step, [str(t) for t in pool])
-                    records.append(_record(name, seed, step, len(pool), trees, report))
-                    if bar is not None:
-                        bar.set_postfix_str(f"{name} eff={records[-1].effective_ratio:.0%}")
-                        bar.update(1)
-            finally:
-                runner.close()
+            for step, trees, report in run_policy(cfg, source, name, seed, pools):
+                record = _record(name, seed, step, len(pools[step]), trees, report)
+                records.append(record)
+                if bar is not None:
+                    bar.set_postfix_str(f"{name} eff={record.effective_ratio:.0%}")
+                    bar.update(1)
     if bar is not None:
         bar.close()
     summary = summarize(records)
     summary["config"] = _config_dict(cfg)
     summary["goals"] = goals(summary, cfg)
     return BenchResult(cfg, summary, records)
+
+
+def candidate_pools(cfg: BenchConfig, source: _Source, seed: int) -> list[list[Any]]:
+    """Each step's candidate pool, shared by every policy of one seed."""
+    n_cand = min(cfg.candidates_per_step, len(source.task_ids))
+    return [
+        list(
+            np.random.default_rng(stable_seed("bench-candidates", seed, step)).choice(
+                source.task_ids, n_cand, replace=False
+            )
+        )
+        for step in range(cfg.steps)
+    ]
+
+
+def run_policy(
+    cfg: BenchConfig, source: _Source, name: str, seed: int, pools: list[list[Any]]
+) -> Iterator[tuple[int, list[RolloutTree], Any]]:
+    """(step, trees, report) of one policy over the shared pools, at the harness's equal cost."""
+    from trace_gym.alloc import make_allocator
+    from trace_gym.predict import make_predictor
+
+    allocator = make_allocator(name, m_max=cfg.m_max, group_size=cfg.group_size)
+    branching = bool(getattr(allocator, "branching", True))
+    rcfg = RunnerConfig(
+        root_budget=cfg.roots if branching else cfg.flat_roots,
+        replays_per_root=cfg.replays if branching else 0.0,
+        m_max=cfg.m_max,
+        max_batch=cfg.max_batch,
+        seed=seed,
+    )
+    runner = BranchingRunner(
+        source.make_policy(), source.env_factory, allocator, make_predictor(cfg.predictor), rcfg
+    )
+    try:
+        for step, pool in enumerate(pools):
+            trees, report = runner.run_step(step, [str(t) for t in pool])
+            yield step, trees, report
+    finally:
+        runner.close()
 
 
 def _config_dict(cfg: BenchConfig) -> dict[str, Any]:

@@ -47,13 +47,13 @@ from typing import Any
 import gymnasium as gym
 
 from trace_gym.alloc.base import Allocator
-from trace_gym.budget import TIME_BUCKETS, StepReport, Stopwatch
+from trace_gym.budget import TIME_BUCKETS, Budget, StepReport, Stopwatch
 from trace_gym.distributed.worker import RolloutWorker, ShardResult, WorkerPolicy, dumps, loads
 from trace_gym.errors import ConfigError, DependencyNotInstalled, TraceGymError
 from trace_gym.policy import Policy
 from trace_gym.predict.base import Predictor
 from trace_gym.runner import BranchingRunner, RunnerConfig
-from trace_gym.scheduling import PromptWork
+from trace_gym.scheduling import PromptWork, StepContext
 
 __all__ = [
     "DistributedStepReport",
@@ -153,7 +153,7 @@ def shard_works(works: Sequence[PromptWork], n: int, replay_cost: float = 0.5) -
     """
     loads_ = [0.0] * n
     shards: list[list[PromptWork]] = [[] for _ in range(n)]
-    cost = {w.order: len(w.roots) + w.replay_budget * replay_cost for w in works}
+    cost = {w.order: Budget(len(w.roots), w.replay_budget, replay_cost).accounted() for w in works}
     for w in sorted(works, key=lambda w: (-cost[w.order], w.order)):
         i = min(range(n), key=lambda j: (loads_[j], j))
         shards[i].append(w)
@@ -263,25 +263,17 @@ class RayRunner(BranchingRunner):
     def _new_report(self, step: int, candidates: int) -> DistributedStepReport:
         return DistributedStepReport(step=step, candidates=candidates, replay_cost=self.config.replay_cost)
 
-    def _run_works(
-        self, step: int, works: list[PromptWork], report: DistributedStepReport, sw: Stopwatch
-    ) -> int:
-        return self._dispatch(step, works, report, sw)
+    def _run_works(self, ctx: StepContext, works: list[PromptWork]) -> int:
+        return self._dispatch(ctx.step, works, ctx.report, ctx.stopwatch)  # type: ignore[arg-type]
 
     def _dispatch(
         self, step: int, works: list[PromptWork], report: DistributedStepReport, sw: Stopwatch
     ) -> int:
         """Run every prompt on some worker exactly once; fills ``w.tree``; returns env count."""
-        ray, rc = self.ray, self.ray_config
+        ray = self.ray
         self._ensure_workers()
         report.workers = len(self._workers)
-        snap = {
-            "allocator": ray.put(dumps(self.allocator)),
-            "predictor": ray.put(dumps(self.predictor)),
-            "policy": None,
-        }
-        if rc.sync_policy and not isinstance(self.policy, WorkerPolicy):
-            snap["policy"] = ray.put(_snapshot(self.policy, "policy"))
+        snap = self._snapshots()
         by_order = {w.order: w for w in works}
         attempts = dict.fromkeys(by_order, 0)
         done: dict[int, int] = {}  # order -> worker index
@@ -306,32 +298,38 @@ class RayRunner(BranchingRunner):
                 result: ShardResult = loads(ray.get(ready[0]))
             except _lost_worker_errors(ray) as e:
                 lost = self._lost(worker, shard, e, attempts, report)
-                live = [w for w in self._workers if w.alive]
-                if not live:  # nobody left: start fresh workers for the re-runs
-                    self._ensure_workers()
-                    live = list(self._workers)
+                live = self._live()
                 submit(shard_works(lost, len(live), self.config.replay_cost), live)
                 continue
             except ray.exceptions.RayTaskError as e:
                 raise e.as_instanceof_cause() from None
-            for order, tree in result.trees:
-                if order in done:
-                    raise WorkerLost(f"prompt {tree.prompt_id!r} came back twice (internal error)")
-                done[order] = result.worker
-                by_order[order].tree = tree
-                report.placement[tree.prompt_id] = result.worker
+            _accept(result, by_order, done, report)
             env_counts[result.worker] = result.env_instances
-            _merge(report, result.report)
-        wait = time.perf_counter() - t0
-        missing = [by_order[o].candidate.id for o in by_order if o not in done]
+        missing = [by_order[o].tree.prompt_id for o in by_order if o not in done]
         if missing:
             raise WorkerLost(f"no tree came back for prompts {missing} (internal error)")
-        # the wait for the workers is spent the way the workers spent it
-        busy = {k: v for k, v in report.worker_time_s.items() if k != "bookkeeping"}
-        total = sum(report.worker_time_s.values())
-        for k, v in busy.items():
-            sw.seconds[k] += wait * v / total if total > 0 else 0.0
+        _apportion_wait(report, sw, time.perf_counter() - t0)
         return sum(env_counts.values())
+
+    def _snapshots(self) -> dict[str, Any]:
+        """The allocator, predictor and (with ``sync_policy``) policy, put once per step."""
+        ray = self.ray
+        snap = {
+            "allocator": ray.put(dumps(self.allocator)),
+            "predictor": ray.put(dumps(self.predictor)),
+            "policy": None,
+        }
+        if self.ray_config.sync_policy and not isinstance(self.policy, WorkerPolicy):
+            snap["policy"] = ray.put(_snapshot(self.policy, "policy"))
+        return snap
+
+    def _live(self) -> list[_Worker]:
+        """The live workers; fresh ones when nobody is left (for the re-runs)."""
+        live = [w for w in self._workers if w.alive]
+        if not live:
+            self._ensure_workers()
+            live = list(self._workers)
+        return live
 
     def _lost(
         self,
@@ -347,7 +345,7 @@ class RayRunner(BranchingRunner):
             self.ray.kill(worker.actor)
         except Exception as e:  # noqa: BLE001 - already gone
             log.debug("killing worker %d: %s", worker.index, e)
-        ids = [w.candidate.id for w in shard]
+        ids = [w.tree.prompt_id for w in shard]
         msg = f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}"
         log.warning("rollout worker %d died (%s); re-running prompts %s", worker.index, msg, ids)
         report.worker_failures.append({"worker": worker.index, "error": msg, "prompts": ids})
@@ -355,7 +353,7 @@ class RayRunner(BranchingRunner):
         for w in shard:
             attempts[w.order] += 1
             if attempts[w.order] > self.ray_config.max_retries:
-                over.append(w.candidate.id)
+                over.append(w.tree.prompt_id)
         if over:
             raise WorkerLost(
                 f"rollout workers died {self.ray_config.max_retries + 1} times while running "
@@ -364,6 +362,30 @@ class RayRunner(BranchingRunner):
             )
         report.retried_prompts.extend(ids)
         return shard
+
+
+def _accept(
+    result: ShardResult,
+    by_order: dict[int, PromptWork],
+    done: dict[int, int],
+    report: DistributedStepReport,
+) -> None:
+    """Take one shard's trees and add its report into the step report."""
+    for order, tree in result.trees:
+        if order in done:
+            raise WorkerLost(f"prompt {tree.prompt_id!r} came back twice (internal error)")
+        done[order] = result.worker
+        by_order[order].tree = tree
+        report.placement[tree.prompt_id] = result.worker
+    _merge(report, result.report)
+
+
+def _apportion_wait(report: DistributedStepReport, sw: Stopwatch, wait: float) -> None:
+    """The driver's wait for the workers is spent the way the workers spent it."""
+    busy = {k: v for k, v in report.worker_time_s.items() if k != "bookkeeping"}
+    total = sum(report.worker_time_s.values())
+    for k, v in busy.items():
+        sw.seconds[k] += wait * v / total if total > 0 else 0.0
 
 
 def _lost_worker_errors(ray: Any) -> tuple[type[BaseException], ...]:

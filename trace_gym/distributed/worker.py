@@ -3,10 +3,10 @@
 A `RolloutWorker` owns its env instances and its policy for the life of the actor.
 Each step the driver sends it a shard of `PromptWork`s (roots already allocated, each
 with its share of the continuation budget) plus snapshots of the predictor and the
-allocator; the worker runs the local runner's own `StepScheduler` over the shard:
-batched rounds, per-prompt expansion the moment a prompt's roots are done, replays
-restored from checkpoints that never leave this process. It answers with the finished
-trees and its `StepReport`.
+allocator; the worker runs the same `StepScheduler` as the local runner over the shard,
+with the same `trace_gym.plan.expand` hook: batched rounds, per-prompt expansion the
+moment a prompt's roots are done, replays restored from checkpoints that never leave
+this process. It answers with the finished trees and its `StepReport`.
 
 This module does not import ray: the driver wraps the class with ``ray.remote`` (see
 `trace_gym.distributed.runner`), so the class is also usable - and tested - in-process.
@@ -17,14 +17,16 @@ from __future__ import annotations
 import os
 import pickle
 from collections.abc import Callable
+from functools import partial
 from typing import Any, NamedTuple
 
 import gymnasium as gym
 
+from trace_gym import plan
 from trace_gym.budget import StepReport, Stopwatch
 from trace_gym.errors import ConfigError
-from trace_gym.runner import BranchingRunner, RunnerConfig
-from trace_gym.scheduling import PromptWork, StepScheduler, set_step
+from trace_gym.runner import RunnerConfig, step_context
+from trace_gym.scheduling import EnvPool, PromptWork, StepScheduler, tell_step
 from trace_gym.tree import RolloutTree
 
 __all__ = ["RolloutWorker", "ShardResult", "WorkerPolicy", "current_worker", "dumps", "loads"]
@@ -112,11 +114,11 @@ class RolloutWorker:
         global _CURRENT_WORKER
         _CURRENT_WORKER = int(index)
         self.index = int(index)
+        self.config = config
         spec = loads(policy)
         factory: Callable[[], gym.Env] = loads(env_factory)
-        built = spec.build() if isinstance(spec, WorkerPolicy) else spec
-        # allocator and predictor are replaced by the driver's snapshots every shard
-        self.runner = BranchingRunner(built, factory, None, None, config)  # type: ignore[arg-type]
+        self.policy = spec.build() if isinstance(spec, WorkerPolicy) else spec
+        self.pool = EnvPool(factory)
 
     def ping(self) -> int:
         return os.getpid()
@@ -130,31 +132,26 @@ class RolloutWorker:
         policy: bytes | None = None,
     ) -> bytes:
         """Run every prompt of the shard to a closed tree; returns a pickled `ShardResult`."""
-        runner = self.runner
         if policy is not None:  # the driver's policy object, re-shipped with its latest weights
-            runner.policy = loads(policy)
-        runner.allocator = loads(allocator)
-        runner.predictor = loads(predictor)
+            self.policy = loads(policy)
         shard: list[PromptWork] = loads(works)
-        runner.pool.step = step
-        for env in runner.pool.free:
-            set_step(env, step)
-        set_step(runner.policy, step)
+        tell_step(step, self.pool, self.policy)
         sw = Stopwatch()
-        # BranchingRunner.predict times itself on the step's stopwatch
-        runner._sw = sw
-        report = StepReport(step=step, replay_cost=runner.config.replay_cost)
-        StepScheduler(runner, step, report, sw).run(shard)
-        report.wall_s, report.time_s = sw.finish()
+        report = StepReport(step=step, replay_cost=self.config.replay_cost)
+        ctx = step_context(
+            self.config, step, self.policy, self.pool, loads(allocator), loads(predictor), report, sw
+        )
+        StepScheduler(ctx, partial(plan.expand, ctx)).run(shard)
+        ctx.report.wall_s, ctx.report.time_s = sw.finish()
         return dumps(
             ShardResult(
                 worker=self.index,
                 trees=[(w.order, w.tree) for w in shard],
-                report=report,
-                env_instances=runner.pool.made,
+                report=ctx.report,
+                env_instances=self.pool.made,
                 pid=os.getpid(),
             )
         )
 
     def close(self) -> None:
-        self.runner.close()
+        self.pool.close()

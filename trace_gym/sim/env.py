@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from trace_gym.core import TraceEnv, Transition
+from trace_gym.errors import ResetNeeded
 from trace_gym.sim.model import ANSWER, WASTE, make_task, parse_action, sigmoid, task_id, value_at
 from trace_gym.sim.presets import SimPreset, get_preset, skill_at
 
@@ -168,7 +169,7 @@ class SimEnv(TraceEnv):
         After the episode ended this is the realised reward (the final jump).
         """
         if self._task_index is None:
-            raise RuntimeError("call reset() before true_value()")
+            raise ResetNeeded(f"{self.id}: call env.reset() (or restore a checkpoint) before true_value()")
         if self._done and self._reward is not None:
             return float(self._reward)
         ended = self._turn >= self.task.turns
