@@ -37,20 +37,13 @@ from typing import Any
 from trace_gym.agents.context import ChatTokens, Context
 from trace_gym.agents.formats import ReActFormat, find_stop, formats_with
 
-from trace_gym.errors import ConfigError, DependencyNotInstalled
+from trace_gym.errors import ConfigError
+from trace_gym.optional import require
 from trace_gym.policy import Conversation, PolicyOutput
 
 __all__ = ["HFPolicy", "SamplingConfig"]
 
 logger = logging.getLogger(__name__)
-
-
-def _torch():
-    try:
-        import torch
-    except ImportError as e:
-        raise DependencyNotInstalled("torch", 'pip install "trace-gym[train]"') from e
-    return torch
 
 
 @dataclass
@@ -135,15 +128,12 @@ class HFPolicy:
         cls, path: str, *, device: str = "cpu", dtype: str | None = None, **sampling: Any
     ) -> HFPolicy:
         """Load a model directory (or hub id) with its tokenizer; `sampling` -> SamplingConfig."""
-        torch = _torch()
-        try:
-            from transformers import AutoModelForCausalLM, AutoTokenizer
-        except ImportError as e:
-            raise DependencyNotInstalled("transformers", 'pip install "trace-gym[train]"') from e
-        tokenizer = AutoTokenizer.from_pretrained(path)
+        torch = require("torch", "train")
+        transformers = require("transformers", "train")
+        tokenizer = transformers.AutoTokenizer.from_pretrained(path)
         formats = formats_with(_read_formats(path))
         torch_dtype = getattr(torch, dtype) if dtype else (torch.bfloat16 if device.startswith("cuda") else torch.float32)
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype).to(device)
+        model = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype).to(device)
         return cls(model, tokenizer, SamplingConfig(**sampling), formats=formats)
 
     @property
@@ -210,7 +200,7 @@ class HFPolicy:
 
     # ------------------------------------------------------------------ sampling
     def _sample(self, rows: list[_Row]) -> list[tuple[list[int], list[float], str]]:
-        torch = _torch()
+        torch = require("torch", "train")
         device = self.device
         cfg = self.sampling
         width = max(len(r.context.ids) for r in rows)
@@ -269,7 +259,7 @@ class HFPolicy:
         smallest prefix whose mass reaches top_p, always at least the top token);
         greedy at temperature 0.
         """
-        torch = _torch()
+        torch = require("torch", "train")
         if self.sampling.temperature == 0:
             return torch.argmax(logp, dim=-1)
         probs, order = torch.sort(logp.exp(), dim=-1, descending=True)  # [B, V]

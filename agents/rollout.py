@@ -14,18 +14,19 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 __all__ = ["main"]
 
 
-def main(argv: list[str]) -> int:
-    """Collect rollout trees and write them as JSONL."""
-    from trace_gym.agents.evaluate import add_common_args, env_factory_from, policy_from
+def _parser() -> argparse.ArgumentParser:
+    from trace_gym.agents.evaluate import add_common_args
 
     p = argparse.ArgumentParser(prog="trace-gym rollout", description=main.__doc__)
     add_common_args(p)
     p.add_argument("--allocator", default="trace", help="allocator name (trace_gym.alloc.ALLOCATORS)")
-    p.add_argument("--predictor", default="features", help="predictor name (trace_gym.predict.PREDICTORS) or none")
+    p.add_argument("--predictor", default="features",
+                   help='predictor name (trace_gym.predict.PREDICTORS), a "module:Class" entry point, or none')
     p.add_argument("--steps", type=int, default=1)
     p.add_argument("--tasks", type=int, default=16, help="candidate prompts per step")
     p.add_argument("--roots", type=int, default=32, help="M: root rollouts per step")
@@ -36,20 +37,21 @@ def main(argv: list[str]) -> int:
     p.add_argument("--ray", nargs="?", const="local", default=None, metavar="ADDRESS",
                    help="run on Ray rollout workers (local instance, or a cluster: auto, host:port)")
     p.add_argument("--ray-workers", dest="ray_workers", type=int, default=2, help="Ray rollout workers")
-    args = p.parse_args(argv)
+    return p
+
+
+def _runner(args: argparse.Namespace, factory: Any, env: Any) -> Any:
+    """The (local or Ray) runner the command line asks for."""
+    from trace_gym.agents.evaluate import policy_from
 
     from trace_gym.alloc import make_allocator
     from trace_gym.distributed import make_runner
     from trace_gym.predict import make_predictor
     from trace_gym.runner import RunnerConfig
-    from trace_gym.tree import batch_metrics, save_trees
 
-    factory = env_factory_from(args)
-    env = factory()
-    ids = list(env.unwrapped.task_ids)[: args.limit] if args.limit else list(env.unwrapped.task_ids)
-    policy = policy_from(args, env)
+    policy = policy_from(args, env)  # before the predictor, which may seed torch
     predictor = None if args.predictor == "none" else make_predictor(args.predictor)
-    runner = make_runner(
+    return make_runner(
         policy,
         factory,
         make_allocator(args.allocator, m_max=args.m_max, group_size=args.group_size),
@@ -58,6 +60,31 @@ def main(argv: list[str]) -> int:
                      max_batch=args.max_batch, seed=args.seed),
         ray_address=args.ray, num_workers=args.ray_workers, sync_policy=False,
     )
+
+
+def _summary(step: int, res: Any) -> dict[str, Any]:
+    """The one JSON line printed per step."""
+    from trace_gym.tree import batch_metrics
+
+    m, rep = batch_metrics(res.trees), res.report
+    return {
+        "step": step, "trees": len(res.trees), "roots": rep.roots, "replays": rep.replays,
+        "effective_ratio": round(m["effective_ratio"], 4), "success_rate": round(m["success_rate"], 4),
+        "turns": m["turns"], "tokens": m["tokens"], "failed_branches": m["failed_branches"],
+    }
+
+
+def main(argv: list[str]) -> int:
+    """Collect rollout trees and write them as JSONL."""
+    from trace_gym.agents.evaluate import env_factory_from
+
+    from trace_gym.tree import save_trees
+
+    args = _parser().parse_args(argv)
+    factory = env_factory_from(args)
+    env = factory()
+    ids = list(env.unwrapped.task_ids)[: args.limit] if args.limit else list(env.unwrapped.task_ids)
+    runner = _runner(args, factory, env)
     out = Path(args.out)
     if out.exists():
         out.unlink()
@@ -72,13 +99,7 @@ def main(argv: list[str]) -> int:
             cands = [ids[(start + i) % len(ids)] for i in range(min(args.tasks, len(ids)))]
             res = runner.run_step(step, cands)
             save_trees(res.trees, out, append=True)
-            m = batch_metrics(res.trees)
-            rep = res.report
-            print(json.dumps({
-                "step": step, "trees": len(res.trees), "roots": rep.roots, "replays": rep.replays,
-                "effective_ratio": round(m["effective_ratio"], 4), "success_rate": round(m["success_rate"], 4),
-                "turns": m["turns"], "tokens": m["tokens"], "failed_branches": m["failed_branches"],
-            }))
+            print(json.dumps(_summary(step, res)))
     finally:
         runner.close()
         env.close()

@@ -19,6 +19,7 @@ import numpy as np
 from trace_gym.agents.context import obs_role
 from trace_gym.agents.formats import find_stop
 
+from trace_gym.optional import require
 from trace_gym.policy import Conversation
 from trace_gym.tree import Turn
 
@@ -122,9 +123,9 @@ def sft_warm_start(
 
     `config` needs sft_steps, sft_lr, sft_batch, sft_max_len and seed (a `TinyConfig`).
     """
-    import torch
     from trace_gym.agents.context import ChatTokens
 
+    torch = require("torch", "train")
     chat = ChatTokens(tokenizer, formats)
     data = [tokenize_episode(chat, e, config.sft_max_len) for e in episodes]
     data = [d for d in data if any(x != -100 for x in d[1])]

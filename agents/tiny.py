@@ -29,14 +29,17 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from trace_gym.errors import ConfigError, DependencyNotInstalled
+from trace_gym.errors import ConfigError
+from trace_gym.optional import require
 
 __all__ = [
     "CHAT_TEMPLATE",
+    "CRITIC_BACKBONE",
     "SPECIAL_TOKENS",
     "TinyConfig",
     "build_model",
     "build_tokenizer",
+    "critic_backbone_dir",
     "load_tiny_policy",
     "tiny_model_dir",
 ]
@@ -119,12 +122,8 @@ class TinyConfig:
 
 
 def _require_transformers():
-    try:
-        import tokenizers  # noqa: F401
-        import torch  # noqa: F401
-        import transformers  # noqa: F401
-    except ImportError as e:
-        raise DependencyNotInstalled("torch/transformers/tokenizers", 'pip install "trace-gym[train]"') from e
+    for module in ("tokenizers", "torch", "transformers"):
+        require(module, "train")
 
 
 def build_tokenizer(texts: Iterable[str], vocab_size: int = 1024) -> Any:
@@ -231,6 +230,21 @@ def load_tiny_policy(config: TinyConfig | None = None, **sampling: Any):
 def sizes(model: Any) -> dict[str, int]:
     """Parameter count of a model (for reports)."""
     return {"parameters": sum(p.numel() for p in model.parameters())}
+
+
+#: the critic's default backbone (`trace_gym.agents.critic`): untrained (no SFT), small
+CRITIC_BACKBONE: dict[str, Any] = {
+    "envs": ("trace/Sim-v0",),
+    "sft_steps": 0,
+    "episodes_per_env": 64,
+    "hidden_size": 64,
+    "intermediate_size": 128,
+}
+
+
+def critic_backbone_dir(overrides: dict[str, Any] | None = None) -> Path:
+    """The directory of the critic's tiny random-init backbone, `CRITIC_BACKBONE` + overrides."""
+    return tiny_model_dir(TinyConfig(**{**CRITIC_BACKBONE, **(overrides or {})}))
 
 
 def default_test_config(envs: Sequence[str] = ("trace/Sim-v0",), **kw: Any) -> TinyConfig:

@@ -43,6 +43,7 @@ def main(argv: list[str] | None = None) -> int:
         print("gpu_check_agents: SKIPPED - no CUDA device (torch.cuda.is_available() is False); nothing checked")
         return 0
 
+    from trace_gym.agents.critic import CriticPredictor
     from trace_gym.agents.formats import ReActFormat
     from trace_gym.agents.hf import HFPolicy, SamplingConfig
     from trace_gym.agents.tiny import build_tokenizer
@@ -50,7 +51,6 @@ def main(argv: list[str] | None = None) -> int:
 
     from trace_gym.policy import Conversation
     from trace_gym.predict.base import State
-    from trace_gym.predict.critic import CriticPredictor
 
     dev = "cpu" if args.cpu_smoke else "cuda"
     cuda = dev == "cuda"

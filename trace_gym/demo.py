@@ -1,13 +1,15 @@
 """`trace-gym demo` / `make demo`: the main job on the embedded defaults.
 
-Runs each section in order and prints it readably. Sections are small functions
-registered in `SECTIONS`; a section whose optional dependency is missing says so and
-the demo goes on.
+Runs each section in order and prints it readably. Sections are registered in
+`SECTIONS` as functions or, for sections that live outside the core (training), as
+"module:function" strings imported only when the section runs, so the core never imports
+the trainers. A section whose optional dependency is missing says so and the demo goes on.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import logging
 import textwrap
 import time
@@ -74,22 +76,24 @@ def allocation(args: argparse.Namespace) -> None:
     print("full run: trace-gym bench alloc --preset math|hotpotqa|bfcl --steps 10 --roots 256 --out DIR")
 
 
-def training(args: argparse.Namespace) -> None:
-    """A short CPU training run: the tiny model under TRACE + TreeRPO on the simulator."""
-    try:
-        from trace_gym.trainers.demo import training_demo
-
-        training_demo(steps=8, seed=args.seed)
-    except ImportError as e:  # torch/transformers missing: the rest of the demo goes on
-        print(f"  skipped: {e} (install the train extra: pip install 'trace-gym[train]')")
-
-
-#: (name, function) in the order they run
-SECTIONS: list[tuple[str, Callable[[argparse.Namespace], None]]] = [
+#: (name, function or "module:function" taking the parsed args) in the order they run
+SECTIONS: list[tuple[str, Callable[[argparse.Namespace], None] | str]] = [
     ("episodes", episodes),
     ("allocation", allocation),
-    ("training", training),
+    ("training", "trace_gym.trainers.demo:demo_section"),
 ]
+
+
+def run_section(section: Callable[[argparse.Namespace], None] | str, args: argparse.Namespace) -> None:
+    """Run one section; a string section is imported first, and a missing optional
+    dependency (torch/transformers for training) is reported instead of raised."""
+    try:
+        if isinstance(section, str):
+            module, func = section.split(":")
+            section = getattr(importlib.import_module(module), func)
+        section(args)
+    except ImportError as e:  # an optional extra is missing: the rest of the demo goes on
+        print(f"  skipped: {e}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -104,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
             continue
         t0 = time.perf_counter()
         print(f"\n##### {name} #####")
-        fn(args)
+        run_section(fn, args)
         print(f"##### {name}: {time.perf_counter() - t0:.1f}s #####")
     return 0
 

@@ -13,7 +13,8 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from trace_gym.errors import ConfigError, DependencyNotInstalled, unknown
+from trace_gym.errors import ConfigError, unknown
+from trace_gym.optional import require
 
 __all__ = ["AlgoConfig", "OptimConfig", "PolicyConfig", "RolloutConfig", "TrainConfig", "load_config"]
 
@@ -71,7 +72,8 @@ class RolloutConfig:
     #: allocation policy name in `trace_gym.alloc.ALLOCATORS`
     allocator: str = "trace"
     allocator_kwargs: dict[str, Any] = field(default_factory=dict)
-    #: predictor name in `trace_gym.predict.PREDICTORS` ("" = none: every value 0.5)
+    #: predictor name in `trace_gym.predict.PREDICTORS` or a "module:Class" entry point
+    #: ("" = none: every value 0.5)
     predictor: str = "empirical"
     predictor_kwargs: dict[str, Any] = field(default_factory=dict)
     #: M: root rollouts per step
@@ -99,10 +101,9 @@ class RolloutConfig:
         if self.allocator not in ALLOCATORS:
             raise unknown("allocator", self.allocator, ALLOCATORS)
         if self.predictor:
-            from trace_gym.predict import PREDICTORS
+            from trace_gym.predict import predictor_entry_point
 
-            if self.predictor not in PREDICTORS:
-                raise unknown("predictor", self.predictor, PREDICTORS)
+            predictor_entry_point(self.predictor)  # a registered name or "module:Class"
         if self.root_budget < 2 or self.candidates_per_step < 1:
             raise ConfigError("rollout.root_budget must be >= 2 and rollout.candidates_per_step >= 1")
         if self.replays_per_root < 0:
@@ -244,16 +245,10 @@ def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> Tr
         try:
             import tomllib
         except ImportError:  # Python 3.10
-            try:
-                import tomli as tomllib  # type: ignore[no-redef]
-            except ImportError as e:
-                raise DependencyNotInstalled("tomli (TOML on Python 3.10)", "pip install tomli") from e
+            tomllib = require("tomli", "pip install tomli", what="tomli (TOML on Python 3.10)")
         d = tomllib.loads(text)
     elif path.suffix in (".yaml", ".yml"):
-        try:
-            import yaml
-        except ImportError as e:
-            raise DependencyNotInstalled("pyyaml", "pip install pyyaml") from e
+        yaml = require("yaml", "pip install pyyaml", what="pyyaml")
         d = yaml.safe_load(text) or {}
     elif path.suffix == ".json":
         d = json.loads(text)

@@ -9,6 +9,10 @@ it is trained. Text is never re-tokenised.
 The loss mask is 1 only on the generated tokens of the unit's own nodes; the prompt,
 observations, ancestors outside the unit and overflowed turns
 (``node.info["overflow"]``) are 0. Advantage and weight are constant over the unit.
+
+Generation-time logprobs come with their own mask, ``gen_known``: 1 where the
+generator recorded a logprob for the token. A logprob of 0.0 is a real value (a token
+sampled with probability ~1), never a marker for "unknown".
 """
 
 from __future__ import annotations
@@ -16,11 +20,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-import torch
 from trace_gym.trainers.advantages import TrainUnit
 
 from trace_gym.errors import TreeFormatError
+from trace_gym.optional import require
 from trace_gym.tree import RolloutTree
+
+torch = require("torch", "train")
 
 __all__ = ["Batch", "Sample", "collate", "sample_from_unit"]
 
@@ -34,10 +40,12 @@ class Sample:
     loss_mask: list[int]
     advantage: float
     weight: float
-    #: generation-time logprobs aligned with input_ids (0 where unknown)
+    #: generation-time logprobs aligned with input_ids (0.0 where `gen_known` is 0)
     gen_logprobs: list[float]
     tree: int = -1
     nodes: tuple[int, ...] = ()
+    #: 1 where the generator recorded the token's logprob (None: known nowhere)
+    gen_known: list[int] | None = None
 
     @property
     def num_trained(self) -> int:
@@ -56,6 +64,7 @@ def sample_from_unit(tree: RolloutTree, unit: TrainUnit) -> Sample:
     ids: list[int] = list(tree.prompt_token_ids)
     mask: list[int] = [0] * len(ids)
     gen_lp: list[float] = [0.0] * len(ids)
+    known: list[int] = [0] * len(ids)
     for k, node in enumerate(path):
         turn = node.turn
         if turn is None or turn.token_ids is None:
@@ -66,8 +75,9 @@ def sample_from_unit(tree: RolloutTree, unit: TrainUnit) -> Sample:
         on = node.id in trained and not node.info.get("overflow", False) and not turn.info.get("overflow", False)
         ids += turn.token_ids
         mask += [int(on)] * len(turn.token_ids)
-        lp = turn.logprobs if turn.logprobs is not None and len(turn.logprobs) == len(turn.token_ids) else [0.0] * len(turn.token_ids)
-        gen_lp += list(lp)
+        has_lp = turn.logprobs is not None and len(turn.logprobs) == len(turn.token_ids)
+        gen_lp += list(turn.logprobs) if has_lp else [0.0] * len(turn.token_ids)
+        known += [int(has_lp)] * len(turn.token_ids)
         if k < len(path) - 1:
             if turn.obs_token_ids is None:
                 raise TreeFormatError(
@@ -77,7 +87,8 @@ def sample_from_unit(tree: RolloutTree, unit: TrainUnit) -> Sample:
             ids += turn.obs_token_ids
             mask += [0] * len(turn.obs_token_ids)
             gen_lp += [0.0] * len(turn.obs_token_ids)
-    return Sample(ids, mask, unit.advantage, unit.weight, gen_lp, unit.tree, unit.nodes)
+            known += [0] * len(turn.obs_token_ids)
+    return Sample(ids, mask, unit.advantage, unit.weight, gen_lp, unit.tree, unit.nodes, known)
 
 
 @dataclass
@@ -90,6 +101,7 @@ class Batch:
     advantages: torch.Tensor  # float, the unit's advantage on every position
     weights: torch.Tensor  # float, the unit's weight on every position
     gen_logprobs: torch.Tensor  # float
+    gen_known: torch.Tensor  # float, 1 where gen_logprobs holds a recorded logprob
 
     def __len__(self) -> int:
         return self.input_ids.shape[0]
@@ -103,12 +115,15 @@ def collate(samples: Sequence[Sample], pad_id: int = 0) -> Batch:
     attn = torch.zeros((b, t), dtype=torch.long)
     mask = torch.zeros((b, t))
     gen = torch.zeros((b, t))
+    known = torch.zeros((b, t))
     for i, s in enumerate(samples):
         n = len(s.input_ids)
         ids[i, :n] = torch.tensor(s.input_ids)
         attn[i, :n] = 1
         mask[i, :n] = torch.tensor(s.loss_mask, dtype=torch.float)
         gen[i, :n] = torch.tensor(s.gen_logprobs, dtype=torch.float)
+        if s.gen_known is not None:
+            known[i, :n] = torch.tensor(s.gen_known, dtype=torch.float)
     adv = torch.tensor([s.advantage for s in samples], dtype=torch.float)[:, None].expand(b, t).clone()
     w = torch.tensor([s.weight for s in samples], dtype=torch.float)[:, None].expand(b, t).clone()
-    return Batch(ids, attn, mask, adv, w, gen)
+    return Batch(ids, attn, mask, adv, w, gen, known)

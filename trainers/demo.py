@@ -2,16 +2,25 @@
 
 from __future__ import annotations
 
+import argparse
 import os
 import tempfile
 
-__all__ = ["training_demo"]
+from trace_gym.optional import require
+
+__all__ = ["demo_section", "training_demo"]
+
+
+def demo_section(args: argparse.Namespace) -> None:
+    """The `trace-gym demo` training section (routed by `trace_gym.demo.SECTIONS`)."""
+    training_demo(steps=8, seed=args.seed)
 
 
 def training_demo(steps: int = 8, seed: int = 0) -> None:
     """Train the warm-started tiny Qwen3 on the simulator for a few steps and print the metrics."""
-    import torch
     from trace_gym.trainers.loop import Trainer
+
+    torch = require("torch", "train")
     from trace_gym.trainers.pipeline import method_config
 
     threads = torch.get_num_threads()

@@ -21,7 +21,8 @@ One step:
 6. metrics to JSONL + TensorBoard, periodic evaluation, an atomic checkpoint.
 
 Checkpoints (``out_dir/checkpoints/step_NNNNNN``) hold the trainable weights, the
-optimiser, the predictor, the runner's visit histories, the RNG states and the step.
+optimiser, the predictor's ``state_dict()``, the runner's visit histories, the RNG states
+and the step; resuming loads them into the parts the config builds.
 They are written into a temporary directory and moved into place with ``os.replace``;
 ``latest`` is updated the same way, so a run killed at any moment resumes from the last
 complete step and replays the following steps with the same data.
@@ -29,6 +30,7 @@ complete step and replays the following steps with the same data.
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 import os
@@ -37,31 +39,29 @@ import random
 import shutil
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import gymnasium as gym
 import numpy as np
 from trace_gym.trainers.advantages import compute_advantages
 from trace_gym.trainers.config import PolicyConfig, TrainConfig
 from trace_gym.trainers.data import Sample, collate, sample_from_unit
+from trace_gym.trainers.losses import LossOutput, entropy_from_logits, policy_loss, token_logprobs
 from trace_gym.trainers.sync import sync_weights
 
 from trace_gym.core import unwrap
-from trace_gym.errors import ConfigError, DependencyNotInstalled
+from trace_gym.errors import ConfigError
+from trace_gym.optional import require
+from trace_gym.seeding import stable_seed
 from trace_gym.tree import RolloutTree, batch_metrics, save_trees
 
-__all__ = ["Trainer", "build_policy", "load_trainer_model"]
+torch = require("torch", "train")
+
+__all__ = ["Trainer", "TrainerParts", "build_parts", "build_policy", "load_trainer_model"]
 
 log = logging.getLogger(__name__)
-
-
-def _torch():
-    try:
-        import torch
-    except ImportError as e:
-        raise DependencyNotInstalled("torch", 'pip install "trace-gym[train]"') from e
-    return torch
 
 
 def build_policy(cfg: PolicyConfig) -> Any:
@@ -94,31 +94,172 @@ def build_policy(cfg: PolicyConfig) -> Any:
 
 def load_trainer_model(cfg: PolicyConfig) -> Any:
     """The trainable HF model at ``cfg.path`` (for generators that keep their own weights)."""
-    torch = _torch()
     if not cfg.path:
         raise ConfigError("the policy has no trainable module (policy.model); set policy.path to load one")
-    from transformers import AutoModelForCausalLM
-
+    transformers = require("transformers", "train")
     dtype = getattr(torch, cfg.dtype) if cfg.dtype else (torch.bfloat16 if cfg.device.startswith("cuda") else torch.float32)
-    return AutoModelForCausalLM.from_pretrained(cfg.path, dtype=dtype).to(cfg.device)
+    return transformers.AutoModelForCausalLM.from_pretrained(cfg.path, dtype=dtype).to(cfg.device)
 
 
 def apply_lora(model: Any, cfg: PolicyConfig) -> Any:
     """Wrap `model` with peft LoRA adapters (only they are trained)."""
-    try:
-        from peft import LoraConfig, get_peft_model
-    except ImportError as e:
-        raise DependencyNotInstalled("peft", "pip install peft") from e
-    lora = LoraConfig(r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
-                      target_modules=list(cfg.lora_targets), task_type="CAUSAL_LM")
-    return get_peft_model(model, lora)
+    peft = require("peft", "pip install peft")
+    lora = peft.LoraConfig(r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
+                           target_modules=list(cfg.lora_targets), task_type="CAUSAL_LM")
+    return peft.get_peft_model(model, lora)
+
+
+@dataclass
+class TrainerParts:
+    """Everything a `Trainer` runs, built from its config by `build_parts`."""
+
+    #: the generator (an in-process HF policy shares `model`; others are synced to it)
+    policy: Any
+    #: the trainable module (LoRA-wrapped when `policy.lora`)
+    model: Any
+    #: frozen copy for the KL term (None without KL, or with LoRA: the base is the reference)
+    ref_model: Any
+    optimizer: Any
+    #: how weights reach the generator (`trace_gym.trainers.sync.sync_weights`)
+    sync_mode: str
+    env_factory: Callable[[], gym.Env]
+    #: the training task pool (ids of the env's tasks)
+    task_ids: list[str]
+    allocator: Any
+    #: the BranchingRunner (local or Ray); it owns the predictor
+    runner: Any
+
+
+def trainable_model(cfg: PolicyConfig, policy: Any) -> Any:
+    """The module the optimiser updates: the policy's own (an in-process HF policy), or a
+    copy loaded from ``cfg.path``; LoRA-wrapped and gradient-checkpointed as configured."""
+    model = getattr(policy, "model", None)
+    if model is None:
+        model = load_trainer_model(cfg)
+    if cfg.lora:
+        shared = getattr(policy, "model", None) is model
+        model = apply_lora(model, cfg)
+        if shared:
+            policy.model = model
+    if cfg.gradient_checkpointing:
+        if hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5
+            model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+        else:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        if cfg.lora:
+            model.enable_input_require_grads()
+    return model
+
+
+def _task_ids(env_factory: Callable[[], gym.Env], train_tasks: int | None) -> list[str]:
+    probe = env_factory()
+    ids = list(unwrap(probe).task_ids)
+    probe.close()
+    return ids if train_tasks is None else ids[:train_tasks]
+
+
+def build_parts(
+    cfg: TrainConfig,
+    *,
+    policy: Any = None,
+    env_factory: Callable[[], gym.Env] | None = None,
+    allocator: Any = None,
+    predictor: Any = None,
+) -> TrainerParts:
+    """Build the policy, trainable model, optimiser, env factory, allocator, predictor and runner.
+
+    Each of `policy`, `env_factory`, `allocator`, `predictor` overrides what the config would build.
+    """
+    from trace_gym.alloc import make_allocator
+    from trace_gym.distributed import make_runner
+    from trace_gym.predict import make_predictor
+    from trace_gym.runner import RunnerConfig
+
+    torch.manual_seed(cfg.seed)
+    policy = policy if policy is not None else build_policy(cfg.policy)
+    model = trainable_model(cfg.policy, policy)
+    sync_mode = sync_weights(policy, model)
+    ref_model = None
+    if cfg.algo.kl_coef > 0 and not cfg.policy.lora:
+        ref_model = copy.deepcopy(model).eval().requires_grad_(False)
+    params = [p for p in model.parameters() if p.requires_grad]
+    o = cfg.optim
+    optimizer = torch.optim.AdamW(params, lr=o.lr, weight_decay=o.weight_decay, betas=o.betas)
+
+    ro = cfg.rollout
+    env_factory = env_factory or (lambda: gym.make(ro.env_id, **ro.env_kwargs))
+    task_ids = _task_ids(env_factory, ro.train_tasks)
+    allocator = allocator or make_allocator(ro.allocator, m_max=ro.m_max, group_size=ro.group_size, **ro.allocator_kwargs)
+    if predictor is None and ro.predictor:
+        predictor = make_predictor(ro.predictor, **ro.predictor_kwargs)
+    rc = RunnerConfig(root_budget=ro.root_budget, replays_per_root=ro.replays_per_root, m_max=ro.m_max,
+                      replay_cost=ro.replay_cost, max_batch=ro.max_batch, seed=cfg.seed)
+    runner = make_runner(policy, env_factory, allocator, predictor, rc,
+                         ray_address=ro.ray_address, num_workers=ro.ray_workers)
+    return TrainerParts(policy, model, ref_model, optimizer, sync_mode, env_factory, task_ids, allocator, runner)
+
+
+class OldLogprobs(NamedTuple):
+    """No-grad logprobs of each sample before the update, per token (1-D tensors)."""
+
+    #: under the current weights (the PPO ratio's denominator)
+    old: list[Any]
+    #: under the reference policy (None without a KL term)
+    ref: list[Any] | None
+
+
+@dataclass
+class MicroStats:
+    """Detached statistics of one micro-batch, weighted by its trained tokens."""
+
+    #: trained tokens in the micro-batch
+    tokens: float
+    entropy: float
+    #: sum |old - generator| logprob over trained tokens whose generator logprob is known
+    mismatch_sum: float
+    #: how many such tokens
+    mismatch_n: float
+
+
+@dataclass
+class _UpdateStats:
+    """Accumulates micro-batch and optimiser-step statistics into `Trainer.update`'s metrics."""
+
+    values: dict[str, list[tuple[float, float]]] = field(default_factory=lambda: {
+        k: [] for k in ("loss", "pg_loss", "kl", "clip_frac", "ratio", "entropy", "grad_norm")})
+    mismatch: float = 0.0
+    mismatch_n: float = 0.0
+    opt_steps: int = 0
+
+    def add_micro(self, out: LossOutput, st: MicroStats) -> None:
+        for k, v in (("loss", float(out.loss.detach())), ("pg_loss", out.pg_loss), ("kl", out.kl),
+                     ("clip_frac", out.clip_frac), ("ratio", out.ratio_mean), ("entropy", st.entropy)):
+            self.values[k].append((v, st.tokens))
+        self.mismatch += st.mismatch_sum
+        self.mismatch_n += st.mismatch_n
+
+    def add_step(self, grad_norm: float) -> None:
+        self.values["grad_norm"].append((grad_norm, 1.0))
+        self.opt_steps += 1
+
+    def summary(self, samples: Sequence[Sample]) -> dict[str, float]:
+        res = {}
+        for k, vals in self.values.items():
+            w = sum(n for _, n in vals)
+            res[k] = sum(v * n for v, n in vals) / w if w else 0.0
+        # micro-batch losses are shares of their mini-batch loss: sum, then mean over optimiser steps
+        res["loss"] = sum(v for v, _ in self.values["loss"]) / max(self.opt_steps, 1)
+        res["optimizer_steps"] = float(self.opt_steps)
+        res["logprob_mismatch"] = self.mismatch / self.mismatch_n if self.mismatch_n else 0.0
+        res["trained_tokens"] = float(sum(s.num_trained for s in samples))
+        return res
 
 
 class Trainer:
     """Runs `TrainConfig`: rollouts by the BranchingRunner, updates by the configured optimiser.
 
     `policy` (kind "custom"), `env_factory`, `allocator` and `predictor` may be passed in
-    to override what the config would build.
+    to override what the config would build (see `build_parts`).
     """
 
     def __init__(
@@ -130,59 +271,14 @@ class Trainer:
         allocator: Any = None,
         predictor: Any = None,
     ):
-        torch = _torch()
-        from trace_gym.alloc import make_allocator
-        from trace_gym.distributed import make_runner
-        from trace_gym.runner import RunnerConfig
-
-        self.config = cfg = config
-        self.out = Path(cfg.out_dir)
+        self.config = config
+        self.out = Path(config.out_dir)
         self.out.mkdir(parents=True, exist_ok=True)
-        torch.manual_seed(cfg.seed)
-        self.policy = policy if policy is not None else build_policy(cfg.policy)
-        # an in-process HF policy is trained directly; a generator without a module of its
-        # own (vLLM) gets a trainer copy loaded from the same path, synced every step
-        model = getattr(self.policy, "model", None)
-        if model is None:
-            model = load_trainer_model(cfg.policy)
-        if cfg.policy.lora:
-            shared = getattr(self.policy, "model", None) is model
-            model = apply_lora(model, cfg.policy)
-            if shared:
-                self.policy.model = model
-        if cfg.policy.gradient_checkpointing:
-            if hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5
-                model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
-            else:
-                model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-            if cfg.policy.lora:
-                model.enable_input_require_grads()
-        self.model = model
-        self.sync_mode = sync_weights(self.policy, model)
-        self.ref_model = None
-        if cfg.algo.kl_coef > 0 and not cfg.policy.lora:
-            import copy
-
-            self.ref_model = copy.deepcopy(model).eval().requires_grad_(False)
-        params = [p for p in model.parameters() if p.requires_grad]
-        self.optimizer = torch.optim.AdamW(params, lr=cfg.optim.lr, weight_decay=cfg.optim.weight_decay, betas=cfg.optim.betas)
-
-        ro = cfg.rollout
-        self.env_factory = env_factory or (lambda: gym.make(ro.env_id, **ro.env_kwargs))
-        probe = self.env_factory()
-        self.task_ids = list(unwrap(probe).task_ids)
-        probe.close()
-        if ro.train_tasks is not None:
-            self.task_ids = self.task_ids[: ro.train_tasks]
-        self.allocator = allocator or make_allocator(ro.allocator, m_max=ro.m_max, group_size=ro.group_size, **ro.allocator_kwargs)
-        if predictor is None and ro.predictor:
-            from trace_gym.predict import make_predictor
-
-            predictor = make_predictor(ro.predictor, **ro.predictor_kwargs)
-        rc = RunnerConfig(root_budget=ro.root_budget, replays_per_root=ro.replays_per_root, m_max=ro.m_max,
-                          replay_cost=ro.replay_cost, max_batch=ro.max_batch, seed=cfg.seed)
-        self.runner = make_runner(self.policy, self.env_factory, self.allocator, predictor, rc,
-                                  ray_address=ro.ray_address, num_workers=ro.ray_workers)
+        parts = build_parts(config, policy=policy, env_factory=env_factory, allocator=allocator, predictor=predictor)
+        self.policy, self.model, self.ref_model = parts.policy, parts.model, parts.ref_model
+        self.optimizer, self.sync_mode = parts.optimizer, parts.sync_mode
+        self.env_factory, self.task_ids = parts.env_factory, parts.task_ids
+        self.allocator, self.runner = parts.allocator, parts.runner
         self.step = 0  # next step to run
         self._tb = None
         self.history: list[dict[str, Any]] = []
@@ -190,8 +286,6 @@ class Trainer:
     # ------------------------------------------------------------------ data
     def candidates(self, step: int) -> list[str]:
         """The step's candidate prompts: a pure function of (seed, step)."""
-        from trace_gym.seeding import stable_seed
-
         rng = np.random.default_rng(stable_seed("candidates", self.config.seed, step))
         k = min(self.config.rollout.candidates_per_step, len(self.task_ids))
         return [self.task_ids[i] for i in sorted(rng.choice(len(self.task_ids), size=k, replace=False))]
@@ -216,16 +310,13 @@ class Trainer:
 
     # ------------------------------------------------------------------ update
     def _forward(self, model: Any, batch: Any) -> tuple[Any, Any]:
-        """Per-token logprobs [B, T] (temperature-scaled like the generator) and logits."""
-        from trace_gym.trainers.losses import token_logprobs
-
+        """Per-token logprobs [B, T] (temperature-scaled like the generator) and logits [B, T, V]."""
         dev = next(model.parameters()).device
         logits = model(input_ids=batch.input_ids.to(dev), attention_mask=batch.attention_mask.to(dev), use_cache=False).logits
         logits = logits / self.config.policy.temperature
         return token_logprobs(logits, batch.input_ids.to(dev)), logits
 
     def _logprobs_no_grad(self, samples: list[Sample], reference: bool = False) -> list[Any]:
-        torch = _torch()
         out = []
         mbs = self.config.optim.micro_batch_size
         model = self.ref_model if (reference and self.ref_model is not None) else self.model
@@ -246,78 +337,73 @@ class Trainer:
         pad = getattr(tok, "pad_token_id", None)
         return int(pad) if pad is not None else 0
 
-    def update(self, samples: list[Sample], step: int) -> dict[str, float]:
-        """Old logprobs, then mini-batched clipped-PG updates with gradient accumulation."""
-        torch = _torch()
-        from trace_gym.trainers.losses import entropy_from_logits, policy_loss
-
-        from trace_gym.seeding import stable_seed
-
-        cfg, a, o = self.config, self.config.algo, self.config.optim
+    def _old_logprobs(self, samples: list[Sample]) -> OldLogprobs:
+        """The no-grad pass before the update: old logprobs, and reference ones for the KL term."""
         self.model.eval()
         old = self._logprobs_no_grad(samples)
-        ref = self._logprobs_no_grad(samples, reference=True) if a.kl_coef > 0 else None
-        self.model.train()
-        dev = next(self.model.parameters()).device
+        ref = self._logprobs_no_grad(samples, reference=True) if self.config.algo.kl_coef > 0 else None
+        return OldLogprobs(old, ref)
 
-        def pad(rows: list[Any], t: int) -> Any:
+    def _micro_step(self, chunk: list[Sample], old: OldLogprobs, norm: dict[str, float]) -> tuple[LossOutput, MicroStats]:
+        """Forward and backward of one micro-batch; `old` holds the chunk's rows, `norm` the
+        mini-batch's normaliser (so accumulated gradients equal one big batch's)."""
+        a = self.config.algo
+        batch = collate(chunk, self._pad_id())
+        logp, logits = self._forward(self.model, batch)  # [B, T], [B, T, V]
+        dev, t = logp.device, batch.input_ids.shape[1]
+
+        def pad(rows: list[Any]) -> Any:  # 1-D rows -> [B, T]
             return torch.stack([torch.nn.functional.pad(r, (0, t - len(r))) for r in rows]).to(dev)
 
-        rng = np.random.default_rng(stable_seed("minibatch", cfg.seed, step))
+        old_lp = pad(old.old)
+        mask = batch.loss_mask.to(dev)  # [B, T]
+        gen = batch.gen_logprobs.to(dev)  # [B, T]
+        known = mask * batch.gen_known.to(dev)  # [B, T]: trained tokens with a recorded logprob
+        is_w = None
+        if a.tis_cap is not None:
+            is_w = torch.where(known > 0, torch.clamp(torch.exp(old_lp - gen), max=a.tis_cap), torch.ones_like(gen))
+        out = policy_loss(
+            logp, old_lp, batch.advantages.to(dev), mask, batch.weights.to(dev),
+            ref_logp=None if old.ref is None else pad(old.ref),
+            is_weights=is_w, clip_low=a.clip_low, clip_high=a.clip_high, dual_clip=a.dual_clip,
+            kl_coef=a.kl_coef, aggregation=a.aggregation, **norm,
+        )
+        out.loss.backward()
+        with torch.no_grad():
+            n = float(mask.sum())
+            ent = float((entropy_from_logits(logits.detach()) * mask).sum()) / max(n, 1.0)
+            st = MicroStats(n, ent, float(((old_lp - gen).abs() * known).sum()), float(known.sum()))
+        return out, st
+
+    def _optimizer_step(self, samples: list[Sample], idx: Sequence[int], old: OldLogprobs, stats: _UpdateStats) -> None:
+        """One AdamW step on the mini-batch `samples[idx]`, accumulated over micro-batches."""
+        a, o = self.config.algo, self.config.optim
+        tokens = float(sum(samples[i].num_trained for i in idx))
+        norm = {"tokens": tokens, "seqs": float(len(idx)), "constant": float(len(idx) * a.dr_grpo_len)}
+        self.optimizer.zero_grad(set_to_none=True)
+        for m0 in range(0, len(idx), o.micro_batch_size):
+            mid = idx[m0 : m0 + o.micro_batch_size]
+            rows = OldLogprobs([old.old[i] for i in mid], None if old.ref is None else [old.ref[i] for i in mid])
+            stats.add_micro(*self._micro_step([samples[i] for i in mid], rows, norm))
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        gn = torch.nn.utils.clip_grad_norm_(params, o.grad_clip) if o.grad_clip > 0 else torch.tensor(0.0)
+        stats.add_step(float(gn))
+        self.optimizer.step()
+
+    def update(self, samples: list[Sample], step: int) -> dict[str, float]:
+        """Old logprobs, then `epochs` passes of mini-batched clipped-PG steps; returns the metrics."""
+        o = self.config.optim
+        old = self._old_logprobs(samples)
+        self.model.train()
+        rng = np.random.default_rng(stable_seed("minibatch", self.config.seed, step))
         mini = o.mini_batch_size or len(samples)
-        stats = {"loss": [], "pg_loss": [], "kl": [], "clip_frac": [], "ratio": [], "entropy": [], "grad_norm": []}
-        mismatch, mismatch_n, opt_steps = 0.0, 0.0, 0
+        stats = _UpdateStats()
         for _ in range(o.epochs):
             order = rng.permutation(len(samples))
             for start in range(0, len(order), mini):
-                idx = order[start : start + mini]
-                tokens = float(sum(samples[i].num_trained for i in idx))
-                norm = {"tokens": tokens, "seqs": float(len(idx)), "constant": float(len(idx) * a.dr_grpo_len)}
-                self.optimizer.zero_grad(set_to_none=True)
-                for m0 in range(0, len(idx), o.micro_batch_size):
-                    mid = idx[m0 : m0 + o.micro_batch_size]
-                    chunk = [samples[i] for i in mid]
-                    batch = collate(chunk, self._pad_id())
-                    t = batch.input_ids.shape[1]
-                    logp, logits = self._forward(self.model, batch)
-                    old_lp = pad([old[i] for i in mid], t)
-                    mask = batch.loss_mask.to(dev)
-                    is_w = None
-                    gen = batch.gen_logprobs.to(dev)
-                    known = mask * (gen != 0).float()
-                    if a.tis_cap is not None:
-                        is_w = torch.where(known > 0, torch.clamp(torch.exp(old_lp - gen), max=a.tis_cap), torch.ones_like(gen))
-                    out = policy_loss(
-                        logp, old_lp, batch.advantages.to(dev), mask, batch.weights.to(dev),
-                        ref_logp=None if ref is None else pad([ref[i] for i in mid], t),
-                        is_weights=is_w, clip_low=a.clip_low, clip_high=a.clip_high, dual_clip=a.dual_clip,
-                        kl_coef=a.kl_coef, aggregation=a.aggregation, **norm,
-                    )
-                    out.loss.backward()
-                    with torch.no_grad():
-                        n = float(mask.sum())
-                        ent = float((entropy_from_logits(logits.detach()) * mask).sum()) / max(n, 1.0)
-                        mismatch += float(((old_lp - gen).abs() * known).sum())
-                        mismatch_n += float(known.sum())
-                    for k, v in (("loss", float(out.loss.detach())), ("pg_loss", out.pg_loss), ("kl", out.kl),
-                                 ("clip_frac", out.clip_frac), ("ratio", out.ratio_mean), ("entropy", ent)):
-                        stats[k].append((v, n))
-                params = [p for p in self.model.parameters() if p.requires_grad]
-                gn = torch.nn.utils.clip_grad_norm_(params, o.grad_clip) if o.grad_clip > 0 else torch.tensor(0.0)
-                stats["grad_norm"].append((float(gn), 1.0))
-                opt_steps += 1
-                self.optimizer.step()
+                self._optimizer_step(samples, order[start : start + mini], old, stats)
         self.model.eval()
-        res = {}
-        for k, vals in stats.items():
-            w = sum(n for _, n in vals)
-            res[k] = sum(v * n for v, n in vals) / w if w else 0.0
-        # micro-batch losses are shares of their mini-batch loss: sum, then mean over optimiser steps
-        res["loss"] = sum(v for v, _ in stats["loss"]) / max(opt_steps, 1)
-        res["optimizer_steps"] = float(opt_steps)
-        res["logprob_mismatch"] = mismatch / mismatch_n if mismatch_n else 0.0
-        res["trained_tokens"] = float(sum(s.num_trained for s in samples))
-        return res
+        return stats.summary(samples)
 
     # ------------------------------------------------------------------ step
     def train_step(self, step: int) -> dict[str, Any]:
@@ -429,7 +515,6 @@ class Trainer:
 
     def save(self) -> Path:
         """Write a complete checkpoint for `self.step` atomically; prune old ones."""
-        torch = _torch()
         root = self.ckpt_root
         root.mkdir(parents=True, exist_ok=True)
         final = root / f"step_{self.step:06d}"
@@ -442,9 +527,10 @@ class Trainer:
         rng = {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}
         if torch.cuda.is_available():
             rng["cuda"] = torch.cuda.get_rng_state_all()
+        predictor = self.runner.predictor
         with open(tmp / "state.pkl", "wb") as f:
-            pickle.dump({"step": self.step, "rng": rng, "predictor": self.runner.predictor,
-                         "history": self.runner.history, "config": self.config.to_dict()}, f)
+            pickle.dump({"step": self.step, "rng": rng, "predictor": None if predictor is None else predictor.state_dict(),
+                         "history": dict(self.runner.history), "config": self.config.to_dict()}, f)
         if final.exists():
             shutil.rmtree(final)
         os.replace(tmp, final)
@@ -458,7 +544,6 @@ class Trainer:
 
     def load(self) -> bool:
         """Restore the latest complete checkpoint, if any; True when one was loaded."""
-        torch = _torch()
         pointer = self.ckpt_root / "latest"
         if not pointer.exists():
             return False
@@ -475,8 +560,12 @@ class Trainer:
         with open(path / "state.pkl", "rb") as f:
             state = pickle.load(f)
         self.step = int(state["step"])
-        self.runner.predictor = state["predictor"]
-        self.runner.history = state["history"]
+        if state["predictor"] is not None:
+            if self.runner.predictor is None:
+                raise ConfigError(f"checkpoint {path} holds a predictor's state but this run has no predictor")
+            self.runner.predictor.load_state_dict(state["predictor"])
+        self.runner.history.clear()
+        self.runner.history.update(state["history"])
         torch.set_rng_state(state["rng"]["torch"])
         np.random.set_state(state["rng"]["numpy"])
         random.setstate(state["rng"]["python"])

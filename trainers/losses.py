@@ -22,9 +22,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import torch
+from trace_gym.errors import ConfigError, unknown
+from trace_gym.optional import require
 
-from trace_gym.errors import unknown
+torch = require("torch", "train")
 
 __all__ = [
     "AGGREGATIONS",
@@ -146,7 +147,7 @@ def policy_loss(
     kl_value = 0.0
     if kl_coef > 0.0:
         if ref_logp is None:
-            raise ValueError("kl_coef > 0 needs ref_logp (log-probs under the reference policy)")
+            raise ConfigError("kl_coef > 0 needs ref_logp (log-probs under the reference policy); pass ref_logp or set kl_coef = 0")
         kl = k3_kl(logp, ref_logp)
         total = total + kl_coef * aggregate(kl * w, mask, aggregation, **norm)
         kl_value = float((kl.detach() * mask).sum() / mask.sum().clamp(min=1.0))

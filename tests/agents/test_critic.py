@@ -5,9 +5,20 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from trace_gym.predict import PREDICTORS, make_predictor, spearman, states_from_tree, training_batch
-from trace_gym.predict.base import Predictor, State
-from trace_gym.predict.critic import CriticPredictor
+pytest.importorskip("transformers")
+
+from trace_gym.agents.critic import CriticPredictor  # noqa: E402
+
+from trace_gym.errors import ConfigError  # noqa: E402
+from trace_gym.predict import (  # noqa: E402
+    PREDICTORS,
+    make_predictor,
+    predictor_class,
+    spearman,
+    states_from_tree,
+    training_batch,
+)
+from trace_gym.predict.base import Predictor, State  # noqa: E402
 
 SMALL = {"vocab_size": 384, "hidden_size": 32, "intermediate_size": 64, "head_dim": 16, "episodes_per_env": 16}
 
@@ -18,8 +29,39 @@ def critic():
 
 
 def test_registered_and_a_predictor(critic):
-    assert PREDICTORS["critic"] is CriticPredictor
+    assert PREDICTORS["critic"] == "trace_gym.agents.critic:CriticPredictor"  # by string: the core never imports it
+    assert predictor_class("critic") is CriticPredictor
     assert isinstance(critic, Predictor)
+
+
+def test_state_dict_round_trip():
+    """A fresh critic loaded with a trained one's state predicts and trains exactly like it."""
+    import pickle
+
+    import torch
+
+    critic = CriticPredictor(tiny=SMALL, max_tokens=48, lr=3e-3, batch_size=8, epochs=1, device="cpu")
+    states = [State(f"q{i}", f"question {i} {'yes' if i % 3 else 'no'}") for i in range(12)]
+    y = np.array([float(i % 3 > 0) for i in range(12)])
+    critic.update(states, y)
+    state = critic.state_dict()
+    snapshot = critic.predict(states)
+    critic.update(states, 1.0 - y)  # the state is a copy: later training does not reach it
+    assert not np.allclose(critic.predict(states), snapshot)
+    state = pickle.loads(pickle.dumps(state))  # what a checkpoint stores
+    other = CriticPredictor(tiny=SMALL, max_tokens=48, lr=3e-3, batch_size=8, epochs=1, device="cpu", seed=7)
+    assert not np.allclose(other.predict(states), snapshot)
+    other.load_state_dict(state)
+    np.testing.assert_allclose(other.predict(states), snapshot, atol=1e-6)
+    critic.load_state_dict(state)
+    critic.update(states, y)
+    other.update(states, y)
+    np.testing.assert_allclose(other.predict(states), critic.predict(states), atol=1e-5)
+    assert other.updates == critic.updates
+    with torch.no_grad():
+        bad = {**state, "head": {"weight": torch.zeros(1, 3), "bias": torch.zeros(1)}}
+    with pytest.raises(ConfigError, match="does not fit"):
+        other.load_state_dict(bad)
 
 
 def test_encoding_keeps_the_prompt_and_the_latest_history(critic):

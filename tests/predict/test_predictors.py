@@ -10,10 +10,15 @@ import pytest
 from trace_gym.errors import ConfigError, UnknownNameError
 from trace_gym.predict import (
     PREDICTORS,
+    EmpiricalPredictor,
+    FeaturePredictor,
     Predictor,
     State,
     make_predictor,
+    predictor_class,
+    predictor_entry_point,
     quality_by_depth,
+    register_predictor,
     spearman,
     training_batch,
 )
@@ -195,3 +200,56 @@ def test_training_batch_is_reproducible_and_quality_reports_within_prompt():
     assert [s.serialize() for s in a.states] == [s.serialize() for s in b.states]
     q = quality_by_depth(make_predictor("features"), trees, use_true_values=True)
     assert 0 in q and 1 in q and set(q[1]) == {"spearman", "mse", "n", "spearman_within"}
+
+
+def test_registry_holds_entry_point_strings_and_accepts_them():
+    assert all(v.count(":") == 1 for v in PREDICTORS.values())
+    assert predictor_class("features") is FeaturePredictor
+    p = make_predictor("trace_gym.predict.empirical:EmpiricalPredictor", prior_a=2.0)
+    assert isinstance(p, EmpiricalPredictor) and p.prior_a == 2.0
+    with pytest.raises(ConfigError, match="NoSuchClass"):
+        make_predictor("trace_gym.predict.empirical:NoSuchClass")
+    with pytest.raises(UnknownNameError):
+        predictor_entry_point("not-an-entry-point")
+    register_predictor("always-on", "trace_gym.predict.constant:ConstantPredictor")
+    try:
+        assert make_predictor("always-on", value=1.0).predict([State("a", "x")])[0] == 1.0
+    finally:
+        del PREDICTORS["always-on"]
+    with pytest.raises(ConfigError):
+        register_predictor("bad", "no_colon_here")
+
+
+@pytest.mark.parametrize("name", ["empirical", "features", "bayes", "constant"])
+def test_state_dict_round_trip(name, sim_trees):
+    """A fresh predictor loaded with a trained one's (pickled) state predicts exactly like it,
+    and the next update (shuffling generator included) stays in step."""
+    import pickle
+
+    train, held_out = sim_trees
+    rng = np.random.default_rng(0)
+    first, second = (training_batch(train[i::2], prefix_share=0.3, rng=rng) for i in (0, 1))
+    states = first.states + second.states + training_batch(held_out, prefix_share=0.3, rng=rng).states
+    a = make_predictor(name)
+    a.update(*first)
+    state = a.state_dict()
+    snapshot = a.predict(states)
+    a.update(*second)  # the state is a copy: later updates do not reach it
+    if name != "constant":
+        assert not np.allclose(a.predict(states), snapshot)
+    state = pickle.loads(pickle.dumps(state))  # what a training checkpoint stores
+    b = make_predictor(name)
+    b.load_state_dict(state)
+    np.testing.assert_array_equal(b.predict(states), snapshot)
+    a.load_state_dict(state)
+    a.update(*second)
+    b.update(*second)
+    np.testing.assert_array_equal(b.predict(states), a.predict(states))
+
+
+def test_load_state_dict_refuses_a_state_of_other_options():
+    a = make_predictor("features", dim=1 << 10)
+    with pytest.raises(ConfigError, match="dim=1024"):
+        a.load_state_dict(make_predictor("features", dim=1 << 12).state_dict())
+    with pytest.raises(ConfigError):
+        make_predictor("constant").load_state_dict({"w": np.zeros(3)})

@@ -67,7 +67,6 @@ def test_mean_ci():
 
 
 def test_pipeline_methods_share_the_accounted_budget(tmp_path):
-    pytest.importorskip("trace_gym.agents.tiny")
     from trace_gym.trainers.pipeline import METHODS, method_config
 
     costs = {}

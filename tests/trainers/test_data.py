@@ -16,6 +16,7 @@ def test_segment_context_and_mask(make_trace_tree):
     assert s.input_ids == [1, 2, 10, 11, 20, 12, 21, 22, 13, 14]
     assert s.loss_mask == [0, 0, 0, 0, 0, 1, 0, 0, 1, 1]
     assert s.gen_logprobs == [0, 0, -0.5, -0.5, 0, -0.5, 0, 0, -0.5, -0.5]
+    assert s.gen_known == [0, 0, 1, 1, 0, 1, 0, 0, 1, 1]
     assert (s.advantage, s.weight) == (-1.0, 0.5)
 
 
@@ -50,3 +51,16 @@ def test_collate_pads_right(make_trace_tree):
     assert int(b.loss_mask.sum()) == sum(s.num_trained for s in samples) == 9  # each generated token once
     assert b.attention_mask.sum(1).tolist() == [len(s.input_ids) for s in samples]
     assert b.advantages[:, 0].tolist() == pytest.approx([s.advantage for s in samples])
+
+
+def test_a_near_certain_token_keeps_its_known_logprob(make_trace_tree):
+    """A logprob of 0.0 (probability ~1) is a recorded value, not "unknown"; a turn without
+    logprobs is unknown whatever its zeros."""
+    tree = make_trace_tree()
+    tree[2].turn.logprobs = [0.0]
+    tree[3].turn.logprobs = None
+    s = sample_from_unit(tree, TrainUnit(0, (2, 3), 1.0))
+    assert s.gen_logprobs == [0, 0, -0.5, -0.5, 0, 0.0, 0, 0, 0, 0]
+    assert s.gen_known == [0, 0, 1, 1, 0, 1, 0, 0, 0, 0]
+    b = collate([s, sample_from_unit(tree, TrainUnit(0, (1,), 1.0))])
+    assert b.gen_known.tolist() == [[0, 0, 1, 1, 0, 1, 0, 0, 0, 0], [0, 0, 1, 1, 0, 0, 0, 0, 0, 0]]

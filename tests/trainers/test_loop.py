@@ -98,6 +98,22 @@ def test_resume_after_kill_replays_identical_data(tmp_path, policy_factory, gues
     assert rows == [0, 1, 2]
 
 
+def test_resume_loads_state_into_the_configured_predictor(tmp_path, policy_factory, guess_env_factory):
+    """The checkpoint holds the predictor's state_dict; resuming loads it into the predictor
+    and visit table the new run built, rather than swapping in unpickled objects."""
+    cfg = tiny_config(tmp_path, steps=1)
+    first = Trainer(cfg, policy=policy_factory(), env_factory=guess_env_factory)
+    first.run()
+    assert first.runner.predictor.prompts and first.runner.history
+    second = Trainer(cfg, policy=policy_factory(), env_factory=guess_env_factory)
+    predictor, history = second.runner.predictor, second.runner.history
+    assert not predictor.prompts and not history
+    assert second.load()
+    assert second.runner.predictor is predictor and second.runner.history is history
+    assert predictor.state_dict() == first.runner.predictor.state_dict()
+    assert history == first.runner.history
+
+
 @pytest.mark.parametrize("section,key,value,err", [
     ("algo", "name", "ppo", UnknownNameError),
     ("rollout", "allocator", "nope", UnknownNameError),
@@ -147,6 +163,27 @@ def test_positive_advantage_raises_logprob_negative_lowers_it(tmp_path, policy_f
     g0, b0 = trained_logp(good), trained_logp(bad)
     tr.update([good, bad], step=0)
     assert trained_logp(good) > g0 and trained_logp(bad) < b0
+
+
+def test_near_certain_generator_logprobs_count_as_known(tmp_path, policy_factory, guess_env_factory):
+    """Generator logprobs of 0.0 that were recorded enter the mismatch diagnostic and the
+    truncated importance weight; unrecorded ones (no mask) do not."""
+    import torch
+    from trace_gym.trainers.data import Sample
+
+    tr = Trainer(tiny_config(tmp_path, steps=1, algo={"tis_cap": 2.0}), policy=policy_factory(),
+                 env_factory=guess_env_factory)
+    ids, mask = [5, 6, 7, 8, 9, 10], [0, 0, 0, 1, 1, 1]
+    state = {k: v.clone() for k, v in tr.model.state_dict().items()}
+    old = tr._old_logprobs([Sample(ids, mask, 1.0, 1.0, [0.0] * 6)]).old[0]
+    expected = float(old[3:].abs().mean())  # |trainer - generator| on the trained tokens
+    assert expected > 0.1  # a random-init model is far from certain
+    known = tr.update([Sample(ids, mask, 1.0, 1.0, [0.0] * 6, gen_known=[1] * 6)], step=0)
+    assert known["logprob_mismatch"] == pytest.approx(expected, rel=1e-5)
+    tr.model.load_state_dict(state)
+    unknown = tr.update([Sample(ids, mask, 1.0, 1.0, [0.0] * 6)], step=0)
+    assert unknown["logprob_mismatch"] == 0.0
+    assert torch.isfinite(torch.tensor(known["loss"])) and known["loss"] != unknown["loss"]  # TIS weights differ
 
 
 class _FakeVLLMPolicy:

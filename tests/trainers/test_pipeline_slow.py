@@ -30,7 +30,7 @@ def test_char_model_learns_the_guess_task(tmp_path, policy_factory, guess_env_fa
 
 @pytest.mark.slow
 def test_sim_pipeline_three_methods_three_seeds(tmp_path):
-    pytest.importorskip("trace_gym.agents.tiny")
+    pytest.importorskip("transformers")
     from trace_gym.trainers.pipeline import METHODS, compare
 
     # the tiny model is built once into the shared cache (~/.cache/trace-gym or $TRACE_GYM_CACHE)

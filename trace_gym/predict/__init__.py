@@ -4,21 +4,27 @@
 - ``features``: hashed text n-grams of the shared serialisation + online logistic regression;
 - ``bayes``: the ``features`` text model as a prior, combined with each prompt's visit
   counts (Beta posterior), with uncertainty-aware prompt values for allocation;
-- ``constant``: 0.5 everywhere (the no-information baseline).
+- ``constant``: 0.5 everywhere (the no-information baseline);
+- ``critic``: the LM critic (`trace_gym.agents.critic`; needs the ``train`` extra).
 
-`make_predictor(name, **kwargs)` builds one; `training_batch` turns finished trees into
-an update batch; `quality_by_depth` reports Spearman and squared error per depth.
+Predictors are registered like envs, by ``"module:Class"`` entry points, so nothing is
+imported until one is built and the core never imports the LM critic's package.
+`make_predictor(name, **kwargs)` builds one from a registered name or an entry-point
+string; `register_predictor` adds a name. Every predictor has ``state_dict()`` /
+``load_state_dict()`` (what a training checkpoint saves). `training_batch` turns
+finished trees into an update batch; `quality_by_depth` reports Spearman and squared
+error per depth.
 """
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
-from trace_gym.errors import unknown
+from trace_gym.errors import ConfigError, unknown
 from trace_gym.predict.base import Predictor, State, serialize, states_from_tree
 from trace_gym.predict.bayes import BayesPredictor
 from trace_gym.predict.constant import ConstantPredictor
-from trace_gym.predict.critic import CriticPredictor
 from trace_gym.predict.empirical import EmpiricalPredictor
 from trace_gym.predict.features import FeaturePredictor
 from trace_gym.predict.training import TrainingBatch, quality_by_depth, spearman, training_batch
@@ -33,25 +39,54 @@ __all__ = [
     "State",
     "TrainingBatch",
     "make_predictor",
+    "predictor_class",
+    "predictor_entry_point",
     "quality_by_depth",
+    "register_predictor",
     "serialize",
     "spearman",
     "states_from_tree",
     "training_batch",
 ]
 
-#: predictor name -> class (each constructor takes keyword options only)
-PREDICTORS: dict[str, type] = {
-    "empirical": EmpiricalPredictor,
-    "features": FeaturePredictor,
-    "bayes": BayesPredictor,
-    "constant": ConstantPredictor,
-    "critic": CriticPredictor,
+#: predictor name -> "module:Class" entry point (each constructor takes keyword options only)
+PREDICTORS: dict[str, str] = {
+    "empirical": "trace_gym.predict.empirical:EmpiricalPredictor",
+    "features": "trace_gym.predict.features:FeaturePredictor",
+    "bayes": "trace_gym.predict.bayes:BayesPredictor",
+    "constant": "trace_gym.predict.constant:ConstantPredictor",
+    "critic": "trace_gym.agents.critic:CriticPredictor",
 }
 
 
+def register_predictor(name: str, entry_point: str) -> None:
+    """Register `entry_point` ("module:Class") as `name`, for configs and `make_predictor`."""
+    if entry_point.count(":") != 1:
+        raise ConfigError(f"predictor entry point must be 'module:Class', got {entry_point!r}")
+    PREDICTORS[name] = entry_point
+
+
+def predictor_entry_point(name: str) -> str:
+    """The "module:Class" string `name` stands for: a registered name, or an entry point itself.
+
+    Nothing is imported; unknown names raise `UnknownNameError` listing the registered ones.
+    """
+    if name in PREDICTORS:
+        return PREDICTORS[name]
+    if name.count(":") == 1 and all(name.split(":")):
+        return name
+    raise unknown("predictor", name, PREDICTORS)
+
+
+def predictor_class(name: str) -> type:
+    """The predictor class of a registered name or a "module:Class" string (imports it)."""
+    module, attr = predictor_entry_point(name).split(":")
+    try:
+        return getattr(importlib.import_module(module), attr)
+    except AttributeError as e:
+        raise ConfigError(f"predictor entry point {name!r}: module {module} has no {attr!r}") from e
+
+
 def make_predictor(name: str, **kwargs: Any) -> Predictor:
-    """Build the predictor registered as `name` (unknown names raise `UnknownNameError`)."""
-    if name not in PREDICTORS:
-        raise unknown("predictor", name, PREDICTORS)
-    return PREDICTORS[name](**kwargs)
+    """Build the predictor `name` (registered name or "module:Class"), with keyword options."""
+    return predictor_class(name)(**kwargs)

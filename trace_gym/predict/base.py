@@ -2,14 +2,16 @@
 
 A predictor estimates P(success) from a `State`: a prompt (depth 0) or a prompt plus
 the turns of a visited prefix (depth >= 1). It is trained online on bottom-up tree
-targets (the success rate of the leaves below each node).
+targets (the success rate of the leaves below each node). Like a torch module, it saves
+and restores what it learned through ``state_dict()`` / ``load_state_dict()``; a
+checkpoint stores that, never the object.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import ClassVar, Protocol, runtime_checkable
+from typing import Any, ClassVar, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -72,4 +74,12 @@ class Predictor(Protocol):
         self, states: Sequence[State], targets: np.ndarray, weights: np.ndarray | None = None
     ) -> dict[str, float]:
         """One online update on bottom-up targets; returns training metrics (loss, ...)."""
+        ...
+
+    def state_dict(self) -> dict[str, Any]:
+        """What the predictor has learned (a picklable copy; constructor options excluded)."""
+        ...
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore `state_dict()` output into a predictor built with the same options."""
         ...

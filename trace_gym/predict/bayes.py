@@ -20,6 +20,7 @@ calibrated probability (use it for measuring predictor quality).
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
@@ -83,3 +84,11 @@ class BayesPredictor:
             if st.depth == 0:
                 add_evidence(self.counts, st.prompt_id, y, w, self.decay)
         return metrics
+
+    def state_dict(self) -> dict[str, Any]:
+        """The text model's state and the per-prompt visit counts (copies)."""
+        return {"text": self.text.state_dict(), "counts": copy.deepcopy(self.counts)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.text.load_state_dict(state["text"])
+        self.counts = copy.deepcopy(state["counts"])

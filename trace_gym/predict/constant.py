@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -30,3 +30,11 @@ class ConstantPredictor:
         self, states: Sequence[State], targets: np.ndarray, weights: np.ndarray | None = None
     ) -> dict[str, float]:
         return {"n": float(len(states))}
+
+    def state_dict(self) -> dict[str, Any]:
+        """Nothing is learned: an empty state."""
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if state:
+            raise ConfigError(f"the constant predictor has no state; got keys {sorted(state)}")

@@ -10,9 +10,10 @@ prompt's old counts each time new evidence arrives, so stale visits fade.
 
 from __future__ import annotations
 
+import copy
 import zlib
 from collections.abc import Sequence
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -84,3 +85,11 @@ class EmpiricalPredictor:
             "mse": float(np.mean(err**2)) if len(err) else float("nan"),
             "n": float(len(states)),
         }
+
+    def state_dict(self) -> dict[str, Any]:
+        """The visit counts of prompts and prefixes (copies)."""
+        return {"prompts": copy.deepcopy(self.prompts), "prefixes": copy.deepcopy(self.prefixes)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.prompts = copy.deepcopy(state["prompts"])
+        self.prefixes = copy.deepcopy(state["prefixes"])

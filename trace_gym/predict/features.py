@@ -27,7 +27,7 @@ import math
 import re
 import zlib
 from collections.abc import Sequence
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -197,6 +197,21 @@ class FeaturePredictor:
                 self._step([rows[i] for i in batch], y[batch], sw[batch])
         self.updates += 1
         return {"loss": loss_before, "loss_after": _bce(self._logits(rows), y, sw), "n": float(n)}
+
+    def state_dict(self) -> dict[str, Any]:
+        """Weights, AdaGrad accumulators, the shuffling generator's state and the update count."""
+        return {"w": self.w.copy(), "g2": self.g2.copy(), "rng": self.rng.bit_generator.state,
+                "updates": self.updates}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if np.shape(state["w"]) != (self.dim,):
+            raise ConfigError(
+                f"features state has {np.shape(state['w'])[0]} weights but this predictor has dim={self.dim}; "
+                "build it with the options the state was saved with"
+            )
+        self.w, self.g2 = np.array(state["w"], dtype=float), np.array(state["g2"], dtype=float)
+        self.rng.bit_generator.state = state["rng"]
+        self.updates = int(state["updates"])
 
     def _step(self, rows, y: np.ndarray, sw: np.ndarray) -> None:
         p = 1.0 / (1.0 + np.exp(-self._logits(rows)))

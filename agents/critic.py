@@ -1,5 +1,8 @@
 """`critic`: a causal-LM backbone with a scalar head, the paper's shared predictor.
 
+Registered in `trace_gym.predict.PREDICTORS` as ``"critic"`` by its entry point
+``"trace_gym.agents.critic:CriticPredictor"``, so the core never imports it.
+
 It reads the shared serialisation of a state (`trace_gym.predict.base.serialize`:
 ``<|prompt|>`` + prompt + ``<|action|>``/``<|observation|>`` turns), tokenised and
 **left-truncated with the prompt kept**: the prompt's tokens come first (cut to half
@@ -19,20 +22,22 @@ The update batch comes from `trace_gym.predict.training_batch`, where prefixes m
 builds one with the critic's own share for standalone training.
 
 Backbone: any transformers causal-LM directory or hub id (``model_path``; e.g. a local
-Qwen3-0.6B), else a freshly built tiny Qwen3 (`trace_gym.agents.tiny`, random init),
-which is what the CPU tests use. ``device`` may differ from the policy's (a separate
+Qwen3-0.6B), else a freshly built tiny Qwen3 (`trace_gym.agents.tiny.CRITIC_BACKBONE`,
+random init), which is what the CPU tests use. ``device`` may differ from the policy's (a separate
 GPU); on CUDA the forward runs under bf16 autocast with float32 master weights.
 """
 
 from __future__ import annotations
 
+import copy
 import logging
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
 import numpy as np
 
-from trace_gym.errors import ConfigError, DependencyNotInstalled
+from trace_gym.errors import ConfigError
+from trace_gym.optional import require
 from trace_gym.predict.base import ACTION_TAG, OBS_TAG, PROMPT_TAG, State
 
 __all__ = ["CriticPredictor"]
@@ -41,17 +46,6 @@ __all__ = ["CriticPredictor"]
 _POOLING = {"last": 1, "last+mean": 2}
 
 logger = logging.getLogger(__name__)
-
-
-def _torch():
-    try:
-        import torch
-        import transformers  # noqa: F401
-    except ImportError as e:
-        raise DependencyNotInstalled(
-            "the LM critic (torch, transformers)", 'pip install "trace-gym[train]"'
-        ) from e
-    return torch
 
 
 class CriticPredictor:
@@ -95,30 +89,21 @@ class CriticPredictor:
             raise ConfigError("critic needs max_tokens >= 8, lr > 0, epochs >= 1, batch_size >= 1")
         if not 0.0 <= prefix_share <= 1.0:
             raise ConfigError(f"prefix_share must be in [0, 1], got {prefix_share}")
-        torch = _torch()
-        from transformers import AutoModel, AutoTokenizer
-
+        torch = require("torch", "train", what="the LM critic (torch)")
+        transformers = require("transformers", "train", what="the LM critic (transformers)")
         if model_path is None:
-            from trace_gym.agents.tiny import TinyConfig, tiny_model_dir
+            from trace_gym.agents.tiny import critic_backbone_dir
 
-            cfg = {
-                "envs": ("trace/Sim-v0",),
-                "sft_steps": 0,
-                "episodes_per_env": 64,
-                "hidden_size": 64,
-                "intermediate_size": 128,
-                **(tiny or {}),
-            }
-            model_path = str(tiny_model_dir(TinyConfig(**cfg)))
+            model_path = str(critic_backbone_dir(tiny))
         self.model_path = model_path
         self.device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
-        self.tokenizer = AutoTokenizer.from_pretrained(model_path)
+        self.tokenizer = transformers.AutoTokenizer.from_pretrained(model_path)
         self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
         # a fixed last token: the head reads the hidden state of the same token every time
         eos = self.tokenizer.eos_token_id
         self.end = [eos] if eos is not None else []
         torch.manual_seed(seed)
-        self.backbone = AutoModel.from_pretrained(model_path, dtype=torch.float32).to(self.device)
+        self.backbone = transformers.AutoModel.from_pretrained(model_path, dtype=torch.float32).to(self.device)
         hidden = self.backbone.config.hidden_size
         self.pooling = pooling
         self.head = torch.nn.Linear(hidden * _POOLING[pooling], 1).to(self.device)
@@ -131,11 +116,7 @@ class CriticPredictor:
             ],
             weight_decay=weight_decay,
         )
-        self.max_tokens, self.epochs, self.batch_size = (
-            int(max_tokens),
-            int(epochs),
-            int(batch_size),
-        )
+        self.max_tokens, self.epochs, self.batch_size = int(max_tokens), int(epochs), int(batch_size)
         self.prefix_share = float(prefix_share)
         self.rng = np.random.default_rng(seed)
         self.updates = 0
@@ -155,7 +136,7 @@ class CriticPredictor:
         return head + self.end
 
     def _logits(self, states: Sequence[State]):
-        torch = _torch()
+        torch = require("torch", "train")
         rows = [self.encode(s) for s in states]
         width = max(len(r) for r in rows)
         ids = torch.full((len(rows), width), self.pad_id, dtype=torch.long)
@@ -180,7 +161,7 @@ class CriticPredictor:
     # ------------------------------------------------------------------ protocol
     def predict(self, states: Sequence[State]) -> np.ndarray:
         """P(success) per state."""
-        torch = _torch()
+        torch = require("torch", "train")
         if not states:
             return np.zeros(0)
         out = []
@@ -198,7 +179,7 @@ class CriticPredictor:
         self, states: Sequence[State], targets: np.ndarray, weights: np.ndarray | None = None
     ) -> dict[str, float]:
         """`epochs` passes of weighted BCE on soft targets; returns the mean loss of the first pass."""
-        torch = _torch()
+        torch = require("torch", "train")
         n = len(states)
         if n == 0:
             return {"loss": float("nan"), "n": 0.0}
@@ -232,6 +213,30 @@ class CriticPredictor:
         self.backbone.eval()
         self.updates += 1
         return {"loss": sum(losses) / n, "n": float(n)}
+
+    def state_dict(self) -> dict[str, Any]:
+        """Backbone and head weights (CPU copies), the optimiser, the shuffling generator, updates."""
+        return {
+            "backbone": {k: v.detach().cpu().clone() for k, v in self.backbone.state_dict().items()},
+            "head": {k: v.detach().cpu().clone() for k, v in self.head.state_dict().items()},
+            "optimizer": copy.deepcopy(self.opt.state_dict()),
+            "rng": self.rng.bit_generator.state,
+            "updates": self.updates,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        try:
+            self.backbone.load_state_dict(state["backbone"])
+            self.head.load_state_dict(state["head"])
+        except RuntimeError as e:  # torch's shape/key mismatch
+            raise ConfigError(
+                f"critic state does not fit this backbone ({self.model_path}); build the critic with "
+                f"the options the state was saved with: {e}"
+            ) from e
+        # a copy: torch keeps same-device state tensors (AdamW's step) and updates them in place
+        self.opt.load_state_dict(copy.deepcopy(state["optimizer"]))
+        self.rng.bit_generator.state = state["rng"]
+        self.updates = int(state["updates"])
 
     def batch(self, trees: Sequence[Any], rng: np.random.Generator | None = None):
         """A training batch from finished trees with this critic's prefix share."""
