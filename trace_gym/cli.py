@@ -22,6 +22,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "eval": ("trace_gym.agents.evaluate:main", "evaluate a policy on an env's evaluation split"),
     "train": ("trace_gym.trainers.cli:main", "train a policy from a config file"),
     "view": ("trace_gym.bench.view:main", "write an offline HTML page of rollout trees (`trace-gym view TREES.jsonl`)"),
+    "report": ("trace_gym.bench.report_html:main", "write an HTML report of a training run directory"),
     "sim-calibrate": ("trace_gym.sim.calibrate:main", "reproduce the simulator presets' calibration figures"),
 }
 

@@ -183,3 +183,18 @@ def test_bench_view_reports_figures_as_json(tmp_path, capsys):
     res = json.loads((tmp_path / "b.json").read_text())
     assert res["trees"] == 12 and res["write_s"] > 0 and res["page_mb"] > 0
     assert "page written <= 10 s" in capsys.readouterr().out
+
+
+def test_texts_are_cut_to_keep_a_big_file_within_the_page_budget(tmp_path, monkeypatch):
+    import trace_gym.bench.view as view
+
+    trees = synthetic_trees(40, 20, chars=400)
+    src = save_trees(trees, tmp_path / "t.jsonl")
+    full = write_view([src], tmp_path / "full.html").stat().st_size
+    monkeypatch.setattr(view, "PAGE_BUDGET_MB", full / 2e6)
+    html = write_view([src], tmp_path / "cut.html").read_text()
+    data = _page_json(html)
+    assert len(html.encode()) < full * 0.6
+    assert data["max_text"] < 400 and "texts cut to" in data["title"]
+    node = data["trees"][0]["nodes"][1]
+    assert len(node["a"]) == data["max_text"] and node["cut"][0] == 400 - data["max_text"]

@@ -73,9 +73,15 @@ def _driver(width: int, height: int) -> Any:
 
 @contextmanager
 def open_page(
-    path: str | Path, *, width: int = 1400, height: int = 1000, timeout: float = 30.0
+    path: str | Path,
+    *,
+    width: int = 1400,
+    height: int = 1000,
+    timeout: float = 30.0,
+    viewer: bool = True,
 ) -> Iterator[Page]:
-    """Open a local page and wait until its script has drawn the first prompt."""
+    """Open a local page and wait until the viewer has drawn its first prompt (or, with
+    ``viewer=False``, until any page has loaded)."""
     driver = _driver(width, height)
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
@@ -84,7 +90,11 @@ def open_page(
         t0 = time.perf_counter()
         driver.get(Path(path).resolve().as_uri())
         WebDriverWait(driver, timeout).until(
-            lambda d: d.find_element(By.TAG_NAME, "body").get_attribute("data-ready") == "1"
+            lambda d: (
+                d.find_element(By.TAG_NAME, "body").get_attribute("data-ready") == "1"
+                if viewer
+                else d.execute_script("return document.readyState") == "complete"
+            )
         )
         load_s = time.perf_counter() - t0
         ready = driver.execute_script("return window.traceViewerReadyMs || null")

@@ -29,6 +29,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from trace_gym.errors import TreeFormatError
 from trace_gym.tree import FAILURE_KINDS, RolloutTree, load_trees
 
@@ -46,6 +48,8 @@ ASSETS = Path(__file__).with_name("view_assets")
 #: characters of one turn's assistant text or observation kept in the page (the rest is
 #: counted, and stays in the tree file)
 MAX_TEXT = 4000
+#: what the page's text may take (JSON escapes and the script come on top; the goal is < 30 MB)
+PAGE_BUDGET_MB = 28.0
 ORIGINS = ("root", "rollout", "replay")
 _JSON_ESCAPES = {
     "<": "\\u003c",
@@ -176,11 +180,42 @@ def steps_payload(trees: Sequence[RolloutTree]) -> dict[str, Any]:
     return {str(k): v for k, v in sorted(steps.items())}
 
 
+def text_cap(trees: Sequence[RolloutTree], max_text: int, budget_mb: float = PAGE_BUDGET_MB) -> int:
+    """The largest per-text cap (<= `max_text`) that keeps the page within `budget_mb`.
+
+    The estimate counts each kept text in UTF-8 bytes plus about 100 bytes of fields per
+    node (measured on `trace-gym bench view`), so thousands of long trees still give a
+    page a browser opens.
+    """
+    texts = [t.prompt for t in trees]
+    texts += [s for t in trees for n in t.nodes[1:] for s in (n.turn.action, n.turn.observation)]
+    room = budget_mb * 1e6 - 100 * sum(len(t) for t in trees)
+    size = np.array([len(x.encode("utf-8", "surrogatepass")) for x in texts], dtype=float)
+    per_char = size / np.maximum(1, [len(x) for x in texts])
+
+    def fits(cap: int) -> bool:
+        return float(np.minimum(size, cap * per_char).sum()) <= room
+
+    if fits(max_text):
+        return max_text
+    lo, hi = 0, max_text  # fits(lo) holds (nothing kept), fits(hi) does not
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if fits(mid) else (lo, mid)
+    return max(lo, 100)
+
+
 def page_data(
     trees: Sequence[RolloutTree], *, title: str, max_text: int = MAX_TEXT
 ) -> dict[str, Any]:
+    """Everything the page shows; texts cut to `max_text`, or less where the page would pass 30 MB."""
+    cap = text_cap(trees, max_text, PAGE_BUDGET_MB)
+    if cap < max_text:
+        max_text = cap
+        title += f" (texts cut to {cap} characters to keep the page under 30 MB)"
     return {
         "title": title,
+        "max_text": max_text,
         "failure_kinds": list(FAILURE_KINDS),
         "trees": [tree_payload(t, max_text) for t in trees],
         "steps": steps_payload(trees),

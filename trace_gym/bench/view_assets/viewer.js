@@ -118,7 +118,7 @@
       });
       box.appendChild(b);
     }
-    if (cut) box.appendChild(el("div", { class: "note" }, `${cut} more characters are in the tree file (cut by --max-text)`));
+    if (cut) box.appendChild(el("div", { class: "note" }, `${cut} more characters are in the tree file (the page keeps ${DATA.max_text} per text)`));
     return box;
   }
   function facts(n, i) {
