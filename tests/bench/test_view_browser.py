@@ -34,6 +34,10 @@ def _by(css):
     return By.CSS_SELECTOR, css
 
 
+def _click(node):
+    node.find_element(*_by("circle.dot")).click()  # a real click, where a user would aim
+
+
 def _nodes(driver):
     return driver.find_elements(*_by("#tree .node"))
 
@@ -46,7 +50,7 @@ def test_page_loads_draws_every_node_and_runs_no_model_text(page):
     assert d.find_element(*_by("#position")).text == f"prompt 1 of {len(trees)}"
     # the hostile tree is shown first: open every node's turns, then check nothing ran
     for i in range(len(trees[0])):
-        _nodes(d)[i].click()
+        _click(_nodes(d)[i])
         box = d.find_element(*_by("#detail"))
         for det in box.find_elements(*_by("details")):
             d.execute_script("arguments[0].open = true", det)
@@ -59,7 +63,7 @@ def test_page_loads_draws_every_node_and_runs_no_model_text(page):
 def test_clicking_a_node_shows_its_turn_text(page):
     p, trees = page
     d = p.driver
-    _nodes(d)[3].click()  # the failed replay: assistant HOSTILE[4], observation HOSTILE[2]
+    _click(_nodes(d)[3])  # the failed replay: assistant HOSTILE[4], observation HOSTILE[2]
     here = d.find_element(*_by("#detail .turn.here"))
     text = here.text
     assert "assistant " + HOSTILE[4] in text and "observation " + HOSTILE[2] in text
@@ -71,7 +75,7 @@ def test_long_text_is_folded_and_expands(page, tmp_path):
     p, trees = page
     d = p.driver
     d.find_element(*_by("#next")).click()  # a synthetic tree
-    _nodes(d)[1].click()
+    _click(_nodes(d)[1])
     prompt = d.find_element(*_by("#prompt-turn"))
     d.execute_script("arguments[0].open = true", prompt)
     full = trees[1].prompt
@@ -102,3 +106,15 @@ def test_search_and_keys_move_between_prompts_and_a_screenshot_is_written(page, 
     shot = p.screenshot(tmp_path / "view.png")
     assert shot.stat().st_size > 10_000 and shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert p.console_errors() == []
+
+
+def test_view_cli_screenshot_opens_the_prompt_with_most_pairs(tmp_path):
+    from trace_gym.bench.view import main
+
+    trees = synthetic_trees(3, 20) + [hostile_tree()]
+    src = save_trees(trees, tmp_path / "t.jsonl")
+    png = tmp_path / "shot.png"
+    code = main([str(src), "--out", str(tmp_path / "v.html"), "--screenshot", str(png)])
+    if code == 2 and not png.exists() and os.geteuid() != 0:
+        pytest.skip("chromium missing where the set-up cannot be root")
+    assert code == 0 and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -41,6 +41,16 @@ class Page:
         self.console += self.driver.get_log("browser")
         return [e["message"] for e in self.console if e.get("level") == "SEVERE"]
 
+    def click_branch_point(self) -> int:
+        """Click the deepest mixed anchor of the shown tree (else node 1); returns its id."""
+        from selenium.webdriver.common.by import By
+
+        nodes = self.driver.find_elements(By.CSS_SELECTOR, "#tree .node")
+        mixed = [n for n in nodes if n.find_elements(By.CSS_SELECTOR, "circle.mixed")]
+        node = (mixed[1:] or mixed or nodes[1:] or nodes)[-1]
+        node.find_element(By.CSS_SELECTOR, "circle.dot").click()
+        return int(node.get_attribute("data-id"))
+
     def screenshot(self, path: str | Path) -> Path:
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -79,6 +89,7 @@ def open_page(
     height: int = 1000,
     timeout: float = 30.0,
     viewer: bool = True,
+    fragment: str = "",
 ) -> Iterator[Page]:
     """Open a local page and wait until the viewer has drawn its first prompt (or, with
     ``viewer=False``, until any page has loaded)."""
@@ -88,7 +99,7 @@ def open_page(
 
     try:
         t0 = time.perf_counter()
-        driver.get(Path(path).resolve().as_uri())
+        driver.get(Path(path).resolve().as_uri() + (f"#{fragment}" if fragment else ""))
         WebDriverWait(driver, timeout).until(
             lambda d: (
                 d.find_element(By.TAG_NAME, "body").get_attribute("data-ready") == "1"
@@ -101,3 +112,26 @@ def open_page(
         yield Page(driver, load_s, float(ready) if ready is not None else float("nan"))
     finally:
         driver.quit()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m trace_gym.bench.browser PAGE.html OUT.png``: a screenshot of any local page."""
+    import argparse
+    import sys
+
+    p = argparse.ArgumentParser(prog="python -m trace_gym.bench.browser", description=main.__doc__)
+    p.add_argument("page", type=Path)
+    p.add_argument("png", type=Path)
+    p.add_argument("--height", type=int, default=1000)
+    args = p.parse_args(argv)
+    try:
+        with open_page(args.page, viewer=False, height=args.height) as page:
+            print(f"wrote {page.screenshot(args.png)}")
+    except BrowserMissing as e:
+        print(f"browser: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

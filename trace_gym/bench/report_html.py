@@ -32,7 +32,7 @@ _CSS = """body{font:14px/1.4 system-ui,sans-serif;margin:16px 24px;color:#222}
 pre{background:#f5f5f5;padding:6px;white-space:pre-wrap}table{border-collapse:collapse;font-size:12px}
 td,th{border:1px solid #ddd;padding:2px 6px;text-align:right}th{background:#eceff1}td:first-child{text-align:left}
 .wrap{overflow:auto;max-height:60vh;margin-bottom:12px}figure{display:inline-block;margin:8px}
-img{max-width:640px;border:1px solid #ddd}.met{color:#2e7d32}.not{color:#c62828}"""
+img{max-width:640px;border:1px solid #ddd}.met{color:#2e7d32}.not{color:#c62828}table.goals td{text-align:left}"""
 
 
 class ReportError(Exception):
@@ -79,9 +79,7 @@ def _goals(summary: dict[str, Any] | None) -> str:
         f"<tr><td class='{mark[g.get('met')][1]}'>{mark[g.get('met')][0]}</td><td>{_e(g['goal'])}</td><td>{_e(g['measured'])}</td></tr>"
         for g in goals
     )
-    return (
-        f"<h2>Goals</h2><table><tr><th>status</th><th>goal</th><th>measured</th></tr>{rows}</table>"
-    )
+    return f"<h2>Goals</h2><table class='goals'><tr><th>status</th><th>goal</th><th>measured</th></tr>{rows}</table>"
 
 
 def write_index(

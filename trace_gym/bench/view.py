@@ -21,6 +21,7 @@ import gzip
 import json
 import math
 import os
+import re
 import sys
 import tempfile
 import webbrowser
@@ -58,6 +59,9 @@ _JSON_ESCAPES = {
     "\u2028": "\\u2028",
     "\u2029": "\\u2029",
 }
+
+
+_DATA_RE = re.compile(r'<script type="application/json" id="trace-data">(.*?)</script>', re.S)
 
 
 class ViewError(Exception):
@@ -296,6 +300,17 @@ def write_view(
     return out
 
 
+def screenshot(page: Path, png: Path) -> Path:
+    """A PNG of `page` showing its prompt with the most contrastive pairs, a branch point open."""
+    from trace_gym.bench.browser import open_page
+
+    data = json.loads(_DATA_RE.search(page.read_text(encoding="utf-8")).group(1))  # type: ignore[union-attr]
+    pairs = [t["metrics"]["contrastive_pairs"] for t in data["trees"]]
+    with open_page(page, fragment=str(pairs.index(max(pairs)))) as view:
+        view.click_branch_point()
+        return view.screenshot(png)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="trace-gym view", description=__doc__.splitlines()[0])
     p.add_argument(
@@ -311,6 +326,12 @@ def main(argv: list[str] | None = None) -> int:
         default=MAX_TEXT,
         help=f"characters kept per turn text (default {MAX_TEXT})",
     )
+    p.add_argument(
+        "--screenshot",
+        type=Path,
+        default=None,
+        help="also save a PNG of the prompt with the most contrastive pairs (headless chromium)",
+    )
     args = p.parse_args(argv)
     try:
         out = write_view(args.trees, args.out, max_text=args.max_text)
@@ -321,6 +342,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"trace-gym view: cannot write {args.out}: {e}", file=sys.stderr)
         return 2
     print(f"wrote {out} ({out.stat().st_size / 1e6:.1f} MB)")
+    if args.screenshot is not None:
+        from trace_gym.bench.browser import BrowserMissing
+
+        try:
+            print(f"wrote {screenshot(out, args.screenshot)}")
+        except BrowserMissing as e:
+            print(f"trace-gym view: no screenshot: {e}", file=sys.stderr)
+            return 2
     if args.open:
         webbrowser.open(out.resolve().as_uri())
     return 0
