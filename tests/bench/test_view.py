@@ -198,3 +198,31 @@ def test_texts_are_cut_to_keep_a_big_file_within_the_page_budget(tmp_path, monke
     assert data["max_text"] < 400 and "texts cut to" in data["title"]
     node = data["trees"][0]["nodes"][1]
     assert len(node["a"]) == data["max_text"] and node["cut"][0] == 400 - data["max_text"]
+
+
+def test_rollout_output_opens_with_its_skipped_candidates(tmp_path):
+    trees = tmp_path / "rollout.jsonl.gz"
+    res = subprocess.run(
+        [sys.executable, "-m", "trace_gym.cli", "rollout", "--env", "trace/Sim-v0", "--policy", "sim",
+         "--allocator", "trace", "--steps", "2", "--tasks", "12", "--roots", "16", "--replays", "1",
+         "--out", str(trees), "--no-progress"],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    data = _page_json(write_view([trees], tmp_path / "v.html", title="@JS@ <t>").read_text())
+    assert data["title"] == "@JS@ <t>" and set(data["steps"]) == {"0", "1"}
+    for step in data["steps"].values():
+        assert step["skipped"] is not None and len(step["selected"]) + len(step["skipped"]) == 12
+
+
+@pytest.mark.parametrize("euid, outcome", [(0, "failed"), (1000, "skipped")])
+def test_a_chromium_skip_is_allowed_only_where_the_setup_cannot_be_root(
+    pytester, monkeypatch, euid, outcome
+):
+    monkeypatch.setattr("os.geteuid", lambda: euid)
+    pytester.makeconftest((Path(__file__).parents[1] / "conftest.py").read_text())
+    pytester.makepyfile(
+        "import pytest\n\ndef test_view():\n    pytest.skip('chromium missing: apt-get install -y chromium chromium-driver')\n"
+    )
+    result = pytester.runpytest_inprocess("-p", "no:cacheprovider")
+    result.assert_outcomes(**{outcome: 1})

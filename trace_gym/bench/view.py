@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import gzip
+import html
 import json
 import math
 import os
@@ -231,13 +232,9 @@ def page_html(data: dict[str, Any]) -> str:
     css = (ASSETS / "viewer.css").read_text(encoding="utf-8")
     js = (ASSETS / "viewer.js").read_text(encoding="utf-8")
     template = (ASSETS / "viewer.html").read_text(encoding="utf-8")
-    title = data["title"].replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-    return (
-        template.replace("@TITLE@", title)
-        .replace("@CSS@", css)
-        .replace("@JS@", js)
-        .replace("@DATA@", escape_json(data))
-    )
+    parts = {"TITLE": html.escape(data["title"]), "CSS": css, "JS": js, "DATA": escape_json(data)}
+    # one pass: a title or text that spells "@JS@" is never expanded
+    return re.sub(r"@(TITLE|CSS|JS|DATA)@", lambda m: parts[m.group(1)], template)
 
 
 # ---------------------------------------------------------------------- files
@@ -284,7 +281,7 @@ def write_view(
     """Read the tree files and write the page atomically (no half-written page on error)."""
     trees = read_trees(paths)
     names = ", ".join(Path(p).name for p in paths)
-    html = page_html(
+    text = page_html(
         page_data(trees, title=title or f"trace-gym trees: {names}", max_text=max_text)
     )
     out = Path(out)
@@ -292,7 +289,7 @@ def write_view(
     fd, tmp = tempfile.mkstemp(prefix=".view-", suffix=".html", dir=out.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(html)
+            f.write(text)
         os.replace(tmp, out)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
