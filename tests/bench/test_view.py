@@ -36,6 +36,16 @@ def test_escape_json_leaves_nothing_that_ends_a_script_element():
     for bad in ("</script", "<!--", "<script", "\u2028", "\u2029", "<img", "&"):
         assert bad not in text
     assert json.loads(text) == {"s": list(HOSTILE)}
+    lone = escape_json({"s": "a\ud800b"})  # a lone surrogate, as a JSON file may hold
+    assert lone.encode("utf-8") and json.loads(lone) == {"s": "a\ud800b"}
+
+
+def test_a_tree_file_with_a_lone_surrogate_gives_a_page(tmp_path):
+    tree = hostile_tree()
+    tree.nodes[1].turn.observation = "bad \ud800 half"
+    src = save_trees([tree], tmp_path / "t.jsonl")  # json.dumps writes it as \ud800
+    data = _page_json(write_view([src], tmp_path / "v.html").read_text())
+    assert data["trees"][0]["nodes"][1]["ob"] == "bad \ud800 half"
 
 
 def test_page_holds_every_tree_and_node_and_the_hostile_text_only_escaped(tmp_path):

@@ -60,6 +60,8 @@ _JSON_ESCAPES = {
     "\u2028": "\\u2028",
     "\u2029": "\\u2029",
 }
+_JSON_TABLE = str.maketrans(_JSON_ESCAPES)
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 _DATA_RE = re.compile(r'<script type="application/json" id="trace-data">(.*?)</script>', re.S)
@@ -74,7 +76,9 @@ def escape_json(obj: Any) -> str:
     text = json.dumps(
         obj, ensure_ascii=False, separators=(",", ":"), allow_nan=False, default=_plain
     )
-    return text.translate(str.maketrans(_JSON_ESCAPES))
+    text = text.translate(_JSON_TABLE)
+    # a lone surrogate (valid in a JSON file, not in UTF-8) stays an escape, not a crash
+    return _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
 
 
 def _plain(o: Any) -> Any:
@@ -232,7 +236,8 @@ def page_html(data: dict[str, Any]) -> str:
     css = (ASSETS / "viewer.css").read_text(encoding="utf-8")
     js = (ASSETS / "viewer.js").read_text(encoding="utf-8")
     template = (ASSETS / "viewer.html").read_text(encoding="utf-8")
-    parts = {"TITLE": html.escape(data["title"]), "CSS": css, "JS": js, "DATA": escape_json(data)}
+    title = html.escape(data["title"]).encode("utf-8", "replace").decode("utf-8")  # odd file names
+    parts = {"TITLE": title, "CSS": css, "JS": js, "DATA": escape_json(data)}
     # one pass: a title or text that spells "@JS@" is never expanded
     return re.sub(r"@(TITLE|CSS|JS|DATA)@", lambda m: parts[m.group(1)], template)
 
