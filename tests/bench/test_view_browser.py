@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from contextlib import contextmanager
 
 import pytest
 
@@ -14,18 +15,24 @@ from trace_gym.tree import save_trees
 pytestmark = pytest.mark.browser
 
 
-@pytest.fixture
-def page(tmp_path):
-    trees = [hostile_tree()] + synthetic_trees(6, 30, per_step=3, chars=400)
-    src = save_trees(trees, tmp_path / "trees.jsonl.gz")
-    html = write_view([src], tmp_path / "view.html")
+@contextmanager
+def _opened(html):
+    """`open_page`, failing with the install command where the set-up is root."""
     try:
         with open_page(html) as p:
-            yield p, trees
+            yield p
     except BrowserMissing as e:
         if os.geteuid() == 0:  # the set-up installs chromium as root: missing is a failure
             pytest.fail(f"{e}\ninstall: {INSTALL}")
         pytest.skip(f"chromium missing where the set-up cannot be root: {e}")
+
+
+@pytest.fixture
+def page(tmp_path):
+    trees = [hostile_tree()] + synthetic_trees(6, 30, per_step=3, chars=400)
+    src = save_trees(trees, tmp_path / "trees.jsonl.gz")
+    with _opened(write_view([src], tmp_path / "view.html")) as p:
+        yield p, trees
 
 
 def _by(css):
@@ -118,3 +125,19 @@ def test_view_cli_screenshot_opens_the_prompt_with_most_pairs(tmp_path):
     if code == 2 and not png.exists() and os.geteuid() != 0:
         pytest.skip("chromium missing where the set-up cannot be root")
     assert code == 0 and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_format_1_file_from_bench_alloc_draws_clean(tmp_path):
+    from pathlib import Path
+
+    from trace_gym.tree import load_trees
+
+    src = Path(__file__).parents[1] / "fixtures" / "trees_v1" / "bfcl-trace.jsonl.gz"
+    trees = load_trees(src)
+    with _opened(write_view([src], tmp_path / "v1.html")) as p:
+        assert p.console_errors() == []
+        assert len(_nodes(p.driver)) == len(trees[0])
+        assert (
+            "does not record the step's skipped candidates"
+            in p.driver.find_element(*_by("#pool")).text
+        )
