@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from trace_gym.bench.view import escape_json, page_data, read_trees, write_view
+from trace_gym.bench.view import budget_by_depth, escape_json, page_data, read_trees, write_view
 from trace_gym.bench.view_bench import HOSTILE, hostile_tree, synthetic_trees
 from trace_gym.bench.view_bench import main as bench_main
 from trace_gym.tree import save_trees
@@ -236,3 +236,9 @@ def test_a_chromium_skip_is_allowed_only_where_the_setup_cannot_be_root(
     )
     result = pytester.runpytest_inprocess("-p", "no:cacheprovider")
     result.assert_outcomes(**{outcome: 1})
+
+
+def test_budget_by_depth_counts_roots_and_replays_at_their_prefix():
+    assert budget_by_depth([hostile_tree()]) == {0: 2, 1: 1}
+    nodes = page_data([hostile_tree()], title="t")["trees"][0]["nodes"]
+    assert [i for i, n in enumerate(nodes) if n.get("br")] == [3]  # the replay from node 1

@@ -8,7 +8,7 @@ from contextlib import contextmanager
 import pytest
 
 from trace_gym.bench.browser import INSTALL, BrowserMissing, open_page
-from trace_gym.bench.view import write_view
+from trace_gym.bench.view import budget_by_depth, write_view
 from trace_gym.bench.view_bench import HOSTILE, hostile_tree, synthetic_trees
 from trace_gym.tree import save_trees
 
@@ -110,6 +110,9 @@ def test_search_and_keys_move_between_prompts_and_a_screenshot_is_written(page, 
     box.clear()
     box.send_keys("no-such-task")
     assert d.find_element(*_by("#search-status")).text == "no task id matches"
+    bars = d.find_elements(*_by("#histogram svg:last-child rect"))
+    shown = {int(b.get_attribute("data-depth")): int(b.get_attribute("data-count")) for b in bars}
+    assert shown == budget_by_depth(trees)  # "all steps"
     shot = p.screenshot(tmp_path / "view.png")
     assert shot.stat().st_size > 10_000 and shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert p.console_errors() == []

@@ -10,8 +10,8 @@ import sys
 import pytest
 
 from trace_gym.bench.alloc import main as alloc_main
-from trace_gym.bench.report_html import budget_by_depth, run_report, write_index
-from trace_gym.bench.view_bench import HOSTILE, hostile_tree, synthetic_trees
+from trace_gym.bench.report_html import run_report, write_index
+from trace_gym.bench.view_bench import HOSTILE, synthetic_trees
 from trace_gym.tree import batch_metrics, save_trees
 
 
@@ -69,10 +69,6 @@ def test_bench_alloc_out_writes_index_with_its_command(tmp_path):
         and "<h2>summary.csv</h2>" in text
         and "<h2>Goals</h2>" in text
     )
-
-
-def test_budget_by_depth_counts_roots_and_replays_at_their_prefix():
-    assert budget_by_depth([hostile_tree()]) == {0: 2, 1: 1}
 
 
 def _run_dir(tmp_path, steps=3):

@@ -19,12 +19,11 @@ import json
 import math
 import sys
 import time
-from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["ReportError", "budget_by_depth", "main", "read_metrics", "run_report", "write_index"]
+__all__ = ["ReportError", "main", "read_metrics", "run_report", "write_index"]
 
 #: rows of one CSV shown in the page (the file has them all)
 MAX_ROWS = 300
@@ -153,23 +152,10 @@ def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
     return rows
 
 
-def budget_by_depth(trees: Sequence[Any]) -> dict[int, int]:
-    """Branches started per depth: roots at 0, each replay at its prefix's depth."""
-    out: Counter[int] = Counter()
-    for t in trees:
-        for n in t.nodes[1:]:
-            parent = t.nodes[n.parent]
-            if n.origin != "replay":
-                out[0] += n.parent == 0
-            elif parent.origin != "replay" or parent.children[0] != n.id:
-                out[parent.depth] += 1
-    return dict(sorted(out.items()))
-
-
 def _tree_stats(run_dir: Path) -> dict[int, dict[str, Any]]:
     """Per step, from the saved trees: budget by depth and predictor Spearman (value vs target)."""
     from trace_gym.bench.report import spearman
-    from trace_gym.bench.view import ViewError, read_trees
+    from trace_gym.bench.view import ViewError, budget_by_depth, read_trees
 
     out: dict[int, dict[str, Any]] = {}
     for path in sorted((run_dir / "trees").glob("*.jsonl*")):

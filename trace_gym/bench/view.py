@@ -27,6 +27,7 @@ import sys
 import tempfile
 import webbrowser
 import zlib
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -34,10 +35,11 @@ from typing import Any
 import numpy as np
 
 from trace_gym.errors import TreeFormatError
-from trace_gym.tree import FAILURE_KINDS, RolloutTree, load_trees
+from trace_gym.tree import FAILURE_KINDS, Node, RolloutTree, load_trees
 
 __all__ = [
     "ViewError",
+    "budget_by_depth",
     "collect_paths",
     "escape_json",
     "main",
@@ -99,7 +101,9 @@ def _text(s: str | None, max_text: int) -> tuple[str, int]:
     return (s, 0) if len(s) <= max_text else (s[:max_text], len(s) - max_text)
 
 
-def _node_payload(tree: RolloutTree, n, pairs: dict[int, int], max_text: int) -> dict[str, Any]:
+def _node_payload(
+    tree: RolloutTree, n: Node, pairs: dict[int, int], max_text: int
+) -> dict[str, Any]:
     d: dict[str, Any] = {
         "p": n.parent,
         "d": n.depth,
@@ -119,6 +123,8 @@ def _node_payload(tree: RolloutTree, n, pairs: dict[int, int], max_text: int) ->
         d["f"] = [n.failure.kind, n.failure.where, n.failure.message[:max_text]]
     if n.policy_version is not None:
         d["pv"] = n.policy_version
+    if starts_replay(tree, n):
+        d["br"] = 1
     if pairs.get(n.id):
         d["pairs"] = pairs[n.id]
     if n.turn is not None:
@@ -129,6 +135,25 @@ def _node_payload(tree: RolloutTree, n, pairs: dict[int, int], max_text: int) ->
         if n.turn.token_ids is not None:
             d["tok"] = len(n.turn.token_ids)
     return d
+
+
+def starts_replay(tree: RolloutTree, node: Node) -> bool:
+    """Whether `node` is the first turn of a replay (its parent is the prefix it branched from)."""
+    if node.origin != "replay" or node.parent is None:
+        return False
+    parent = tree.nodes[node.parent]
+    return parent.origin != "replay" or parent.children[0] != node.id
+
+
+def budget_by_depth(trees: Sequence[RolloutTree]) -> dict[int, int]:
+    """Branches started per depth: root rollouts at 0, each replay at its prefix's depth."""
+    out: Counter[int] = Counter()
+    for t in trees:
+        out[0] += sum(t.nodes[c].origin != "replay" for c in t.root.children)
+        for n in t.nodes[1:]:
+            if starts_replay(t, n):
+                out[t.nodes[n.parent].depth] += 1  # type: ignore[index]
+    return dict(sorted(out.items()))
 
 
 def _root_count(tree: RolloutTree) -> int:

@@ -53,12 +53,6 @@
     }
     return { x: x, cols: col };
   }
-  function isReplayStart(nodes, kids, i) {
-    const n = nodes[i];
-    if (n.o !== 2 || n.p === null) return false;
-    return nodes[n.p].o !== 2 || kids[n.p][0] !== i;
-  }
-
   // ------------------------------------------------------------------ tree
   function drawTree(ti) {
     const tree = TREES[ti], nodes = tree.nodes, kids = children(nodes);
@@ -75,7 +69,7 @@
       const cls = n.o === 2 ? "edge replay" : "edge";
       const my = (Y(n.p) + Y(i)) / 2;
       root.appendChild(svg("path", { class: cls, d: `M${X(n.p)},${Y(n.p)} C${X(n.p)},${my} ${X(i)},${my} ${X(i)},${Y(i)}` }));
-      if (isReplayStart(nodes, kids, i)) branches[n.p] = (branches[n.p] || 0) + 1;
+      if (n.br) branches[n.p] = (branches[n.p] || 0) + 1;  // a replay branched at its parent
     });
     nodes.forEach((n, i) => root.appendChild(drawNode(tree, n, i, X(i), Y(i), branches[i] || 0, kids[i].length)));
   }
@@ -92,7 +86,11 @@
       g.appendChild(svg("path", { class: "branch", d: "M-15,0 L-11,-4 L-7,0 L-11,4 Z" }));
       g.appendChild(svg("text", { x: -34, y: -6, fill: "#7b1fa2" }, "R" + replays));
     }
-    if (n.v !== undefined) g.appendChild(svg("text", { x: 10, y: -3 }, "v" + short(n.v) + " r" + short(n.t)));
+    if (n.v !== undefined) {
+      // predicted value next to the realised rate; bold red where they are 0.5 or more apart
+      const off = n.t !== undefined && Math.abs(n.v - n.t) >= 0.5;
+      g.appendChild(svg("text", { x: 10, y: -3, class: off ? "disagree" : "" }, "v" + short(n.v) + " r" + short(n.t)));
+    }
     if (n.pairs) g.appendChild(svg("text", { class: "pairs", x: 10, y: 8 }, n.pairs + " pairs"));
     const tip = `node ${i} depth ${n.d} ${ORIGINS[n.o]}; rate ${fmt(n.t)} (${n.ns}/${n.nl})` +
       (n.v !== undefined ? `; predicted ${fmt(n.v)}` : "") + (n.f ? `; failed: ${n.f[0]}` : "");
@@ -164,11 +162,11 @@
 
   // ------------------------------------------------------------------ step panels
   function depthCounts(trees) {
+    // the same count as trace_gym.bench.view.budget_by_depth: roots at 0, replays at their prefix
     const out = {};
     trees.forEach((t) => {
-      const kids = children(t.nodes);
       out[0] = (out[0] || 0) + t.roots;
-      t.nodes.forEach((n, i) => { if (isReplayStart(t.nodes, kids, i)) { const d = t.nodes[n.p].d; out[d] = (out[d] || 0) + 1; } });
+      t.nodes.forEach((n) => { if (n.br) { const d = t.nodes[n.p].d; out[d] = (out[d] || 0) + 1; } });
     });
     return out;
   }
@@ -179,7 +177,8 @@
     s.appendChild(svg("text", { x: 4, y: 12 }, title));
     depths.forEach((d, k) => {
       const h = Math.max(1, (H - 20) * counts[d] / max), x = 30 + k * W;
-      s.appendChild(svg("rect", { x: x, y: H + 8 - h, width: W - 6, height: h, fill: d === 0 ? "#546e7a" : "#7b1fa2" }));
+      s.appendChild(svg("rect", { x: x, y: H + 8 - h, width: W - 6, height: h, fill: d === 0 ? "#546e7a" : "#7b1fa2",
+        "data-depth": d, "data-count": counts[d] }));
       s.appendChild(svg("text", { x: x, y: H + 4 - h }, counts[d]));
       s.appendChild(svg("text", { x: x + 6, y: H + 22 }, d));
     });
@@ -215,7 +214,7 @@
   }
   function drawLegend() {
     const items = [["hsl(0,65%,47%)", "rate 0"], ["hsl(60,65%,47%)", "rate .5"], ["hsl(120,65%,47%)", "rate 1"],
-      ["#cfd8dc", "no scored leaf"], ["#ffb300", "ring: mixed anchor"], ["#7b1fa2", "dashed: replay, R: replays branched here"], ["#000", "x: failed branch"]];
+      ["#cfd8dc", "no scored leaf"], ["#ffb300", "ring: mixed anchor"], ["#7b1fa2", "dashed: replay, R: replays branched here"], ["#000", "x: failed branch"], ["#c62828", "red v/r: prediction and outcome 0.5+ apart"]];
     document.getElementById("legend").replaceChildren(...items.map(([c, t]) => {
       const s = el("span"), i = el("i"); i.style.background = c; s.appendChild(i); s.appendChild(document.createTextNode(t)); return s;
     }));
