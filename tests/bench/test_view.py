@@ -169,6 +169,14 @@ def test_a_bad_file_leaves_an_earlier_page_untouched(tmp_path):
     assert out.read_text() == "earlier page"
 
 
+def test_cli_rejects_a_tiny_max_text(tmp_path):
+    res = _cli("view", str(save_trees([hostile_tree()], tmp_path / "t.jsonl")), "--max-text", "0")
+    assert (
+        res.returncode == 2
+        and res.stderr.strip() == "trace-gym view: --max-text must be >= 100, got 0"
+    )
+
+
 def test_cli_writes_the_page(tmp_path):
     src = save_trees([hostile_tree()], tmp_path / "t.jsonl.gz")
     res = _cli("view", str(src), "--out", str(tmp_path / "v.html"))

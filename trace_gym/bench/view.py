@@ -360,6 +360,9 @@ def main(argv: list[str] | None = None) -> int:
         help="also save a PNG of the prompt with the most contrastive pairs (headless chromium)",
     )
     args = p.parse_args(argv)
+    if args.max_text < 100:
+        print(f"trace-gym view: --max-text must be >= 100, got {args.max_text}", file=sys.stderr)
+        return 2
     try:
         out = write_view(args.trees, args.out, max_text=args.max_text)
     except ViewError as e:
