@@ -328,11 +328,8 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     try:
         page = run_report(args.run_dir, args.out)
-    except ReportError as e:
+    except (ReportError, OSError) as e:  # an OSError names the path it could not write
         print(f"trace-gym report: {e}", file=sys.stderr)
-        return 2
-    except OSError as e:
-        print(f"trace-gym report: cannot write the report: {e}", file=sys.stderr)
         return 2
     print(f"wrote {page}")
     return 0
