@@ -9,6 +9,18 @@ VENV=${1:-.venv}
 EXTRAS=${2:-all}
 PYTHON=${PYTHON:-python3}
 cd "$(dirname "$0")/.."
+# chromium + chromium-driver for the browser tests (tests/bench/test_view_browser.py):
+# installed with apt when run as root; otherwise warn (the test then fails, or skips
+# where the set-up cannot be root, saying what to install)
+if ! command -v chromium >/dev/null 2>&1 || [ ! -x /usr/bin/chromedriver ]; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    apt-get install -y -q chromium chromium-driver >/dev/null 2>&1 \
+      || { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q chromium chromium-driver >/dev/null 2>&1; } \
+      || echo "setup_venv.sh: warning: apt-get could not install chromium chromium-driver; the browser tests will fail" >&2
+  else
+    echo "setup_venv.sh: warning: chromium/chromium-driver missing; run: sudo apt-get install -y chromium chromium-driver" >&2
+  fi
+fi
 [ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
 PY="$VENV/bin/python"
 STAMP="$VENV/.trace-gym-stamp-$EXTRAS"

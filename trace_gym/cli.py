@@ -21,6 +21,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "rollout": ("trace_gym.agents.rollout:main", "collect rollout trees with a policy and an allocator"),
     "eval": ("trace_gym.agents.evaluate:main", "evaluate a policy on an env's evaluation split"),
     "train": ("trace_gym.trainers.cli:main", "train a policy from a config file"),
+    "view": ("trace_gym.bench.view:main", "write an offline HTML page of rollout trees (`trace-gym view TREES.jsonl`)"),
+    "report": ("trace_gym.bench.report_html:main", "write an HTML report of a training run directory"),
     "sim-calibrate": ("trace_gym.sim.calibrate:main", "reproduce the simulator presets' calibration figures"),
 }
 
@@ -28,6 +30,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
 BENCHMARKS: dict[str, tuple[str, str]] = {
     "alloc-speed": ("trace_gym.bench.alloc_speed:main", "exact allocation solvers: fast vs reference DP"),
     "alloc": ("trace_gym.bench.alloc:main", "every allocation policy on the simulator or a real env"),
+    "view": ("trace_gym.bench.view_bench:main", "tree viewer at 1,000 trees x 50 nodes: page write and render time"),
     "math-env": ("trace_gym.envs.math.bench:main", "sandboxed interpreter: cells/s, fork vs replay restore"),
     "retrieval": ("trace_gym.envs.hotpotqa.bench:main", "BM25 and dense retrieval speed and recall"),
     "bfcl": ("trace_gym.envs.bfcl.bench:main", "BFCL env checkpoint/restore latency and steps/s"),

@@ -117,6 +117,8 @@ def plan_roots(
     for cand, d, m in zip(cands, described, counts, strict=True):
         if m > 0:
             works.append(_root_work(ctx, len(works), cand, d, int(m), env_id))
+    if works:  # once per step, on its first tree: the pool's skipped candidates (trace-gym view)
+        works[0].tree.info["skipped_candidates"] = [[c.id, c.value] for c, m in zip(cands, counts, strict=True) if m == 0]
     return works
 
 

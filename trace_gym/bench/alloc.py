@@ -35,6 +35,7 @@ from trace_gym.bench.report import (
     summarize,
     write_outputs,
 )
+from trace_gym.bench.report_html import write_index
 from trace_gym.errors import ConfigError, DependencyNotInstalled, unknown
 from trace_gym.optional import require
 from trace_gym.runner import BranchingRunner, RunnerConfig
@@ -571,6 +572,9 @@ def main(argv: list[str] | None = None) -> int:
         print(format_shapes(s["budget_shapes"]))
     for path in write_outputs(s, result.records, json_path=args.json, out_dir=args.out):
         print(f"wrote {path}")
+    if args.out is not None:  # index.html beside the files: tables, plots and this command
+        cmd = ["trace-gym", "bench", "alloc", *(sys.argv[1:] if argv is None else argv)]
+        print(f"wrote {write_index(args.out, 'trace-gym bench alloc', cmd, summary=s, notes=[title])}")
     return 0
 
 

@@ -1,0 +1,146 @@
+"""The viewer page in headless chromium: loads clean, draws every node, opens turns, searches, runs no model text."""
+
+from __future__ import annotations
+
+import os
+from contextlib import contextmanager
+
+import pytest
+
+from trace_gym.bench.browser import INSTALL, BrowserMissing, open_page
+from trace_gym.bench.view import budget_by_depth, write_view
+from trace_gym.bench.view_bench import HOSTILE, hostile_tree, synthetic_trees
+from trace_gym.tree import save_trees
+
+pytestmark = pytest.mark.browser
+
+
+@contextmanager
+def _opened(html):
+    """`open_page`, failing with the install command where the set-up is root."""
+    try:
+        with open_page(html) as p:
+            yield p
+    except BrowserMissing as e:
+        if os.geteuid() == 0:  # the set-up installs chromium as root: missing is a failure
+            pytest.fail(f"{e}\ninstall: {INSTALL}")
+        pytest.skip(f"chromium missing where the set-up cannot be root: {e}")
+
+
+@pytest.fixture
+def page(tmp_path):
+    trees = [hostile_tree()] + synthetic_trees(6, 30, per_step=3, chars=400)
+    src = save_trees(trees, tmp_path / "trees.jsonl.gz")
+    with _opened(write_view([src], tmp_path / "view.html")) as p:
+        yield p, trees
+
+
+def _by(css):
+    from selenium.webdriver.common.by import By
+
+    return By.CSS_SELECTOR, css
+
+
+def _click(node):
+    node.find_element(*_by("circle.dot")).click()  # a real click, where a user would aim
+
+
+def _nodes(driver):
+    return driver.find_elements(*_by("#tree .node"))
+
+
+def test_page_loads_draws_every_node_and_runs_no_model_text(page):
+    p, trees = page
+    d = p.driver
+    assert p.console_errors() == []
+    assert len(_nodes(d)) == len(trees[0])
+    assert d.find_element(*_by("#position")).text == f"prompt 1 of {len(trees)}"
+    # the hostile tree is shown first: open every node's turns, then check nothing ran
+    for i in range(len(trees[0])):
+        _click(_nodes(d)[i])
+        box = d.find_element(*_by("#detail"))
+        for det in box.find_elements(*_by("details")):
+            d.execute_script("arguments[0].open = true", det)
+    assert d.execute_script("return window.__pwned === undefined")
+    detail = d.find_element(*_by("#detail"))
+    assert not detail.find_elements(*_by("img, svg, b, a, script"))
+    assert p.console_errors() == []
+
+
+def test_clicking_a_node_shows_its_turn_text(page):
+    p, trees = page
+    d = p.driver
+    _click(_nodes(d)[3])  # the failed replay: assistant HOSTILE[4], observation HOSTILE[2]
+    here = d.find_element(*_by("#detail .turn.here"))
+    text = here.text
+    assert "assistant " + HOSTILE[4] in text and "observation " + HOSTILE[2] in text
+    assert "policy at policy.generate" in d.find_element(*_by("#detail")).text
+    assert "selected" in _nodes(d)[3].get_attribute("class")
+
+
+def test_long_text_is_folded_and_expands(page, tmp_path):
+    p, trees = page
+    d = p.driver
+    d.find_element(*_by("#next")).click()  # a synthetic tree
+    _click(_nodes(d)[1])
+    prompt = d.find_element(*_by("#prompt-turn"))
+    d.execute_script("arguments[0].open = true", prompt)
+    full = trees[1].prompt
+    pre = prompt.find_element(*_by("pre"))
+    assert len(full) > 600 and pre.text.endswith("…") and len(pre.text) < len(full)
+    prompt.find_element(*_by("button.more")).click()
+    assert pre.text == full
+
+
+def test_search_and_keys_move_between_prompts_and_a_screenshot_is_written(page, tmp_path):
+    from selenium.webdriver.common.keys import Keys
+
+    p, trees = page
+    d = p.driver
+    box = d.find_element(*_by("#search"))
+    box.send_keys(trees[5].prompt_id)
+    summary = d.find_element(*_by("#summary")).text
+    assert f"task: {trees[5].prompt_id}" in summary
+    assert len(_nodes(d)) == len(trees[5])
+    box.send_keys(Keys.ESCAPE)
+    d.find_element(*_by("body")).send_keys("j")
+    assert f"task: {trees[6].prompt_id}" in d.find_element(*_by("#summary")).text
+    d.find_element(*_by("body")).send_keys(Keys.ARROW_LEFT)
+    assert f"task: {trees[5].prompt_id}" in d.find_element(*_by("#summary")).text
+    box.clear()
+    box.send_keys("no-such-task")
+    assert d.find_element(*_by("#search-status")).text == "no task id matches"
+    bars = d.find_elements(*_by("#histogram svg:last-child rect"))
+    shown = {int(b.get_attribute("data-depth")): int(b.get_attribute("data-count")) for b in bars}
+    assert shown == budget_by_depth(trees)  # "all steps"
+    shot = p.screenshot(tmp_path / "view.png")
+    assert shot.stat().st_size > 10_000 and shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert p.console_errors() == []
+
+
+def test_view_cli_screenshot_opens_the_prompt_with_most_pairs(tmp_path):
+    from trace_gym.bench.view import main
+
+    trees = synthetic_trees(3, 20) + [hostile_tree()]
+    src = save_trees(trees, tmp_path / "t.jsonl")
+    png = tmp_path / "shot.png"
+    code = main([str(src), "--out", str(tmp_path / "v.html"), "--screenshot", str(png)])
+    if code == 2 and not png.exists() and os.geteuid() != 0:
+        pytest.skip("chromium missing where the set-up cannot be root")
+    assert code == 0 and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_format_1_file_from_bench_alloc_draws_clean(tmp_path):
+    from pathlib import Path
+
+    from trace_gym.tree import load_trees
+
+    src = Path(__file__).parents[1] / "fixtures" / "trees_v1" / "bfcl-trace.jsonl.gz"
+    trees = load_trees(src)
+    with _opened(write_view([src], tmp_path / "v1.html")) as p:
+        assert p.console_errors() == []
+        assert len(_nodes(p.driver)) == len(trees[0])
+        assert (
+            "does not record the step's skipped candidates"
+            in p.driver.find_element(*_by("#pool")).text
+        )

@@ -1,0 +1,138 @@
+"""HTML reports: `write_index` beside bench outputs, `bench alloc --out`, `trace-gym report RUN_DIR`."""
+
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+import sys
+
+import pytest
+
+from trace_gym.bench.alloc import main as alloc_main
+from trace_gym.bench.report_html import run_report, write_index
+from trace_gym.bench.view_bench import HOSTILE, synthetic_trees
+from trace_gym.tree import batch_metrics, save_trees
+
+
+def _png(path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(2, 2))
+    ax.plot([0, 1], [0, 1])
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def test_index_shows_command_goals_tables_and_plots_escaped(tmp_path):
+    with open(tmp_path / "summary.csv", "w", newline="") as f:
+        csv.writer(f).writerows([["policy", "eff"], [HOSTILE[0], "0.123456"], ["trace", "0.6"]])
+    _png(tmp_path / "effective_ratio.png")
+    (tmp_path / "summary.json").write_text("{}")
+    goals = [{"goal": "TRACE >= 2x GRPO", "measured": "60% vs 27%", "met": True}]
+    page = write_index(
+        tmp_path,
+        "bench <x>",
+        ["trace-gym", "bench", "alloc", "--out", "my dir"],
+        summary={"goals": goals},
+    )
+    text = page.read_text()
+    assert "trace-gym bench alloc --out &#x27;my dir&#x27;" in text
+    assert "<img src='effective_ratio.png'" in text and "href='summary.json'" in text
+    assert "<td>0.1235</td>" in text and "TRACE &gt;= 2x GRPO" in text and "bench &lt;x&gt;" in text
+    assert "</script><script>" not in text and "&lt;/script&gt;" in text
+
+
+def test_bench_alloc_out_writes_index_with_its_command(tmp_path):
+    out = tmp_path / "out"
+    argv = [
+        "--preset",
+        "math",
+        "--steps",
+        "1",
+        "--roots",
+        "16",
+        "--policies",
+        "grpo,trace",
+        "--out",
+        str(out),
+        "--no-progress",
+    ]
+    assert alloc_main(argv) == 0
+    text = (out / "index.html").read_text()
+    assert "trace-gym bench alloc --preset math --steps 1 --roots 16" in text
+    assert (
+        "<img src='effective_ratio.png'" in text
+        and "<h2>summary.csv</h2>" in text
+        and "<h2>Goals</h2>" in text
+    )
+
+
+def _run_dir(tmp_path, steps=3):
+    run = tmp_path / "run"
+    rows = []
+    for step in range(steps):
+        trees = synthetic_trees(4, 20, seed=step, per_step=4)
+        for t in trees:
+            t.step = step
+        save_trees(trees, run / "trees" / f"step_{step:06d}.jsonl.gz")
+        bm = batch_metrics(trees)
+        # the keys trainers/loop.py writes (a subset)
+        rows.append({"step": step, "reward": bm["success_rate"], "effective_ratio": bm["effective_ratio"],
+                     "mixed_groups": bm["mixed_groups"], "mixed_anchors": bm["mixed_anchors"], "roots": 16, "replays": 30,
+                     "loss": 0.1 * step, "gen_tokens_per_s": 100.0 + step, "train_tokens_per_s": 50.0,
+                     "time_rollout_s": 1.0, "time_train_s": 2.0, "predictor_loss": 0.2})  # fmt: skip
+    rows[-1]["eval_success"] = 0.4
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return run
+
+
+def test_run_report_plots_every_section_and_the_trees(tmp_path):
+    page = run_report(_run_dir(tmp_path))
+    out = page.parent
+    assert out == tmp_path / "run" / "report"
+    for name in ("learning.png", "loss.png", "effective_ratio.png", "mixed_groups.png", "budget_by_depth.png",
+                 "predictor.png", "throughput.png", "time.png", "steps.csv"):  # fmt: skip
+        assert (out / name).stat().st_size > 0, name
+    with open(out / "steps.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert (
+        len(rows) == 3 and rows[0]["predictor_spearman"] and int(rows[0]["branches_depth_0"]) == 16
+    )
+    text = page.read_text()
+    assert (
+        "trace-gym report" in text
+        and "<img src='budget_by_depth.png'" in text
+        and "trace-gym view" in text
+    )
+
+
+def _report(*args):
+    return subprocess.run(
+        [sys.executable, "-m", "trace_gym.cli", "report", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+@pytest.mark.parametrize("case", ["missing", "no-metrics", "corrupt", "empty", "bad-trees"])
+def test_report_bad_run_dirs_give_one_line_and_exit_2(tmp_path, case):
+    run = tmp_path / "run"
+    if case != "missing":
+        run.mkdir()
+    if case == "corrupt":
+        (run / "metrics.jsonl").write_text('{"step": 0}\n{"step": 1, "rew')
+    if case == "empty":
+        (run / "metrics.jsonl").write_text("\n")
+    if case == "bad-trees":
+        (run / "metrics.jsonl").write_text('{"step": 0}\n')
+        (run / "trees").mkdir()
+        (run / "trees" / "step_000000.jsonl").write_text("")
+    res = _report(str(run))
+    assert res.returncode == 2
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("trace-gym report: "), res.stderr
