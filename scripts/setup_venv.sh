@@ -9,6 +9,21 @@ VENV=${1:-.venv}
 EXTRAS=${2:-all}
 PYTHON=${PYTHON:-python3}
 cd "$(dirname "$0")/.."
+# The math sandbox runs cells and the answer verifier under bubblewrap. Install it when we
+# are root and it is missing; never fail the set-up over it (the sandbox then falls back to
+# weaker isolation with a warning, and the bwrap tests fail loudly).
+if ! command -v bwrap >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "installing bubblewrap (bwrap) for the math sandbox" >&2
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q bubblewrap >/dev/null 2>&1 \
+      || { DEBIAN_FRONTEND=noninteractive apt-get update -q >/dev/null 2>&1 \
+           && DEBIAN_FRONTEND=noninteractive apt-get install -y -q bubblewrap >/dev/null 2>&1; } \
+      || echo "warning: could not install bubblewrap with apt-get; the math sandbox will use weaker isolation" >&2
+  else
+    echo "warning: bubblewrap (bwrap) is not installed; the math sandbox will use weaker isolation" \
+         "(install it: apt-get install bubblewrap)" >&2
+  fi
+fi
 [ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
 PY="$VENV/bin/python"
 STAMP="$VENV/.trace-gym-stamp-$EXTRAS"
