@@ -268,12 +268,13 @@ class Parser:
 def _checked_pow(sp: Any, base: Any, exp: Any) -> Any:
     """base**exp, refusing numbers too large to build (a tower of exponents)."""
     if exp.is_number and base.is_number:
-        with contextlib.suppress(TypeError, ValueError):
-            e = abs(float(exp))
+        bits = 0.0
+        with contextlib.suppress(TypeError, ValueError, OverflowError):
+            e = abs(complex(sp.N(exp, 15)))
             b = abs(complex(sp.N(base, 15)))
-            bits = e * math.log2(b) if b > 1 else 0.0
-            if bits > MAX_POWER_BITS:
-                raise ParseError("power too large to evaluate")
+            bits = e * math.log2(b) if b > 1 else (e if b < 1 and b != 0 else 0.0)
+        if not bits <= MAX_POWER_BITS:  # also NaN
+            raise ParseError("power too large to evaluate")
         if exp.has(sp.oo, sp.zoo, sp.nan):
             raise ParseError("power with an infinite exponent")
     return sp.Pow(base, exp)

@@ -78,15 +78,23 @@ def send(chan: socket.socket, msg: dict, fds: list[int] | None = None) -> None:
         chan.send(data)
 
 
+_RECV_BUF = bytearray(MAX_MSG)  # allocated up front: a cell that used up the address space can still be served
+_FD_SIZE = 4
+
+
 def recv(chan: socket.socket) -> tuple[dict | None, list[int]]:
     """One request and any passed fds; (None, []) when the peer has gone."""
     try:
-        data, fds, _flags, _addr = socket.recv_fds(chan, MAX_MSG, 4)
+        size, anc, _flags, _addr = chan.recvmsg_into([_RECV_BUF], socket.CMSG_SPACE(4 * _FD_SIZE))
     except OSError:
         return None, []
-    if not data:
+    fds: list[int] = []
+    for level, kind, payload in anc:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            fds += [int.from_bytes(payload[i : i + 4], sys.byteorder) for i in range(0, len(payload) - len(payload) % 4, 4)]
+    if not size:
         return None, []
-    return json.loads(data), list(fds)
+    return json.loads(bytes(_RECV_BUF[:size])), fds
 
 
 # ---------------------------------------------------------------------- cells

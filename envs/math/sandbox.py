@@ -244,6 +244,7 @@ class Sandbox:
             "OPENBLAS_NUM_THREADS": "1",
             "OMP_NUM_THREADS": "1",
             "MKL_NUM_THREADS": "1",
+            "MALLOC_ARENA_MAX": "2",  # a thread would otherwise reserve a 64 MiB arena of the address-space limit
             "LANG": "C.UTF-8",
             **({"PYTHONPATH": iso.sandbox_pythonpath()} if self.mode == "bwrap" else {}),
             **{k: v for k, v in os.environ.items() if k == "TRACE_GYM_SANDBOX_DEBUG"},
