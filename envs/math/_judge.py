@@ -226,6 +226,13 @@ class Parser:
         if len(text) > MAX_DIGITS:
             raise ParseError("number literal too long")
         self.i += len(text)
+        base = re.match(r"_(?:\{(\d{1,2})\}|(\d))", self.s[self.i :]) if "." not in text else None
+        if base:  # a numeral in another base: 52_8, 4210_{5}
+            self.i += len(base.group(0))
+            try:
+                return self.sp.Integer(int(text, int(base.group(1) or base.group(2))))
+            except ValueError as e:
+                raise ParseError(f"not a base-{base.group(1) or base.group(2)} numeral: {text}") from e
         if "." in text:
             # a Float remembers that the answer was written as a decimal (see `same`)
             return self.sp.Float(text, max(15, len(text)))
@@ -301,6 +308,17 @@ def _split_top(s: str) -> list[str]:
     return parts
 
 
+def _expand_pm(parts: list[str]) -> list[str]:
+    """``a \\pm b`` stands for the two answers ``a + b`` and ``a - b``."""
+    out = []
+    for part in parts:
+        if part.count("\\pm") == 1:
+            out += [part.replace("\\pm", "+"), part.replace("\\pm", "-")]
+        else:
+            out.append(part)
+    return out
+
+
 def to_sympy(ans: str) -> Any:
     """A sympy object for an answer: a number/expression, a tuple, set, interval or matrix."""
     sp = _sympy()
@@ -319,7 +337,7 @@ def to_sympy(ans: str) -> Any:
     if "\\cup" in s:
         return sp.Union(*(to_sympy(part) for part in s.split("\\cup")))
     if s.startswith("\\{") and s.endswith("\\}"):
-        return sp.FiniteSet(*(parse_math(p) for p in _split_top(s[2:-2])))
+        return sp.FiniteSet(*(parse_math(p) for p in _expand_pm(_split_top(s[2:-2]))))
     if s.count("=") == 1:
         lhs, rhs = s.split("=")
         return sp.Eq(parse_math(lhs), parse_math(rhs), evaluate=False)
@@ -329,9 +347,9 @@ def to_sympy(ans: str) -> Any:
         if bool((lo < hi) == sp.true):  # "(2,-3)" is a point, not an empty interval
             return sp.Interval(lo, hi, interval.group(1) == "(", interval.group(4) == ")")
         return (lo, hi)
-    if "," in s:
-        inner = s[1:-1] if s[0] in "([" and s[-1] in ")]" else s
-        return tuple(parse_math(p) for p in _split_top(inner))
+    if "," in s or "\\pm" in s:
+        inner = s[1:-1] if s[0] in "([" and s[-1] in ")]" and "," in s else s
+        return tuple(parse_math(p) for p in _expand_pm(_split_top(inner)))
     return parse_math(s)
 
 

@@ -124,6 +124,8 @@ def _bwrap_argv(spec: Launch, fds: list[int]) -> list[str]:
     """The bwrap command line; `fds` collects the descriptors it needs passed."""
     argv = ["bwrap", "--unshare-all", "--unshare-user", "--die-with-parent", "--new-session", "--as-pid-1",
             "--disable-userns", "--cap-drop", "ALL", "--clearenv"]
+    # /tmp first: a checkout (and its virtual environment) under /tmp is bound on top of it
+    argv += ["--size", str(spec.tmpfs_mb << 20), "--tmpfs", "/tmp", "--dir", "/tmp/work"]
     argv += ["--ro-bind", "/usr", "/usr"]
     for link in ("bin", "lib", "lib64", "sbin"):
         target = f"/{link}"
@@ -140,7 +142,7 @@ def _bwrap_argv(spec: Launch, fds: list[int]) -> list[str]:
     for dev in DEVICES:
         argv += ["--dev-bind", dev, dev]
     argv += ["--symlink", "/proc/self/fd", "/dev/fd"]
-    argv += ["--size", str(spec.tmpfs_mb << 20), "--tmpfs", "/tmp", "--dir", "/tmp/work", "--chdir", "/tmp/work"]
+    argv += ["--chdir", "/tmp/work"]
     argv += ["--remount-ro", "/"]
     for key, value in {**spec.env, "HOME": "/tmp/work", "TMPDIR": "/tmp"}.items():
         argv += ["--setenv", key, value]

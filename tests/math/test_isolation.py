@@ -170,11 +170,10 @@ def test_verifier_runs_in_the_sandbox():
         worker = pool._all[0]  # noqa: SLF001
         assert worker.mode == "bwrap"
         # a probe through the same launcher: no network, no checkout, unprivileged
-        spec = isolation.Launch([isolation.python_executable(), "-S", "-c",
-                                 "import os, socket\nprint(os.getuid(), os.path.exists(%r))\n"
-                                 "try:\n    socket.create_connection(('1.1.1.1', 80), 1)\nexcept OSError as e:\n"
-                                 "    print('net', e.errno)" % str(CHECKOUT / "pyproject.toml")],
-                                "bwrap", uid=231_000 if ROOT else None)
+        probe = (f"import os, socket\nprint(os.getuid(), os.path.exists({str(CHECKOUT / 'pyproject.toml')!r}))\n"
+                 "try:\n    socket.create_connection(('1.1.1.1', 80), 1)\nexcept OSError as e:\n    print('net', e.errno)")
+        spec = isolation.Launch([isolation.python_executable(), "-S", "-c", probe], "bwrap",
+                                uid=231_000 if ROOT else None)
         out = isolation.launch(spec, stdout=subprocess.PIPE).communicate(timeout=30)[0].decode().split()
         assert out[0] != "0" and out[1] == "False" and out[2] == "net"
     finally:
