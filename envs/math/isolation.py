@@ -17,10 +17,12 @@ namespaces, with no capabilities, ``no_new_privs`` and the seccomp filter of `se
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
 import logging
 import os
+import secrets
 import shutil
 import site
 import stat
@@ -62,6 +64,22 @@ class Launch:
 @functools.lru_cache(maxsize=1)
 def _libc() -> ctypes.CDLL:
     return ctypes.CDLL(None, use_errno=True)
+
+
+UID_RANGE = (200_000, 260_000)
+
+
+def free_uid() -> int:
+    """An unprivileged uid no running process uses (for one sandbox or verifier worker)."""
+    used = set()
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                used.add(os.stat(entry.path).st_uid)
+    while True:
+        uid = UID_RANGE[0] + secrets.randbelow(UID_RANGE[1] - UID_RANGE[0])
+        if uid not in used:
+            return uid
 
 
 def python_paths() -> list[str]:

@@ -44,7 +44,6 @@ __all__ = ["CellResult", "Sandbox", "SandboxConfig", "SandboxError", "SnapshotHa
 log = logging.getLogger(__name__)
 
 _WORKER = Path(__file__).with_name("_sandbox_worker.py")
-_UID_RANGE = (200_000, 260_000)
 _CGROUP_V1, _CGROUP_V2 = "/sys/fs/cgroup/pids", ("/sys/fs/cgroup/unified", "/sys/fs/cgroup")
 
 
@@ -137,15 +136,6 @@ class SnapshotHandle:
     sid: int
 
 
-def _uids_in_use() -> set[int]:
-    used = set()
-    for entry in os.scandir("/proc"):
-        if entry.name.isdigit():
-            with contextlib.suppress(OSError, ValueError, IndexError):
-                used.add(os.stat(entry.path).st_uid)
-    return used
-
-
 class Sandbox:
     """One sandbox: a zygote, a live interpreter, and parked snapshots (LRU-bounded)."""
 
@@ -203,7 +193,7 @@ class Sandbox:
         root = os.geteuid() == 0
         self._uid = None
         if root and self.mode in ("bwrap", "namespaces"):
-            self._uid = cfg.uid if cfg.uid is not None else self._free_uid()
+            self._uid = cfg.uid if cfg.uid is not None else iso.free_uid()
         self._cgroups = self._make_cgroups() if root and self.mode != "none" else []
         self._cgroup = next((c for c in self._cgroups if c.startswith(_CGROUP_V1)), None)
         self._tmpdir = tempfile.mkdtemp(prefix="trace-gym-math-")
@@ -589,13 +579,6 @@ class Sandbox:
         if self._boot is not None:
             known.add(self._boot.pid)
         return known
-
-    def _free_uid(self) -> int:
-        used = _uids_in_use()
-        while True:
-            uid = _UID_RANGE[0] + secrets.randbelow(_UID_RANGE[1] - _UID_RANGE[0])
-            if uid not in used:
-                return uid
 
     def _make_cgroups(self) -> list[str]:
         """A v2 cgroup (membership, cgroup.kill) and a v1 pids cgroup (pids.max), where writable."""

@@ -22,7 +22,6 @@ import contextlib
 import json
 import logging
 import os
-import secrets
 import select
 import subprocess
 import sys
@@ -73,7 +72,7 @@ class _Worker:
         if self.mode == "bwrap":
             env["PYTHONPATH"] = iso.sandbox_pythonpath()
         spec = iso.Launch([python, "-s", inside, str(WORKER_MEMORY_MB)], self.mode,
-                          uid=200_000 + secrets.randbelow(60_000) if root and self.mode == "bwrap" else None,
+                          uid=iso.free_uid() if root and self.mode == "bwrap" else None,
                           expose={str(_JUDGE): inside}, tmpfs_mb=16, env=env)
         self.proc = iso.launch(spec, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         if self.readline(start_timeout_s) is None:
