@@ -57,54 +57,85 @@ def _private_mb(pid: int) -> float:
     return total / 1024
 
 
-def _restores(sb: Sandbox, repeats: int) -> dict[str, list[float]]:
-    """Interleaved fork and replay restores (so both see the same machine load), in ms."""
-    for code in HISTORY:
-        assert sb.run(code).status == "ok", code
-    handle = sb.snapshot()
-    out: dict[str, list[float]] = {"fork": [], "fork_cell": [], "replay": [], "replay_cell": []}
-    for _ in range(repeats):
-        for name, restore in (("fork", lambda: sb.restore_snapshot(handle)), ("replay", lambda: sb.replay(HISTORY))):
-            t0 = time.perf_counter()
-            assert restore()
-            t1 = time.perf_counter()
-            assert sb.run("total").output == "2002\n"
-            t2 = time.perf_counter()
-            out[name].append((t1 - t0) * 1000)
-            out[f"{name}_cell"].append((t2 - t0) * 1000)
-    return out
+def _restore_once(sb: Sandbox, name: str, handle: Any, out: dict[str, list[float]]) -> None:
+    """One fork or replay restore plus one cell, recorded in ms."""
+    t0 = time.perf_counter()
+    assert sb.restore_snapshot(handle) if name == "fork" else sb.replay(HISTORY)
+    t1 = time.perf_counter()
+    assert sb.run("total").output == "2002\n"
+    t2 = time.perf_counter()
+    out[name].append((t1 - t0) * 1000)
+    out[f"{name}_cell"].append((t2 - t0) * 1000)
 
 
-def _measure(cfg: SandboxConfig, seconds: float, repeats: int) -> dict[str, Any]:
-    """Start-up, cells/s and restore latencies of one configuration."""
-    sb = Sandbox(cfg)
-    try:
-        t0 = time.perf_counter()
-        sb.start()
-        start_s = time.perf_counter() - t0
+def _cell_rate(sandboxes: dict[str, Sandbox], seconds: float) -> dict[str, float]:
+    """Trivial cells per second of each sandbox, measured in alternating 50 ms slices."""
+    counts = dict.fromkeys(sandboxes, 0)
+    busy = dict.fromkeys(sandboxes, 0.0)
+    for sb in sandboxes.values():
         sb.run("x = 0")
-        n, t0 = 0, time.perf_counter()
-        while time.perf_counter() - t0 < seconds:
-            sb.run("x += 1")
-            n += 1
-        cells_per_s = n / (time.perf_counter() - t0)
+    slices = max(1, int(seconds / 0.05))
+    for _ in range(slices):
+        for name, sb in sandboxes.items():
+            t0 = time.perf_counter()
+            while time.perf_counter() - t0 < seconds / slices:
+                sb.run("x += 1")
+                counts[name] += 1
+            busy[name] += time.perf_counter() - t0
+    return {name: counts[name] / busy[name] for name in sandboxes}
+
+
+def _interleaved(sandboxes: dict[str, Sandbox], seconds: float, repeats: int) -> dict[str, dict[str, Any]]:
+    """Cells/s and restores of every configuration, round-robin.
+
+    Each configuration gets the same slices of wall time in turn, and fork and replay
+    restores alternate, so a load spike on a shared machine hits all of them alike.
+    """
+    rates = _cell_rate(sandboxes, seconds)
+    handles = {}
+    for name, sb in sandboxes.items():
         sb.fresh()
-        timing = _restores(sb, repeats)
-        med = {k: statistics.median(v) for k, v in timing.items()}
-        return {
+        for code in HISTORY:
+            assert sb.run(code).status == "ok", code
+        handles[name] = sb.snapshot()
+    timing = {name: {"fork": [], "fork_cell": [], "replay": [], "replay_cell": []} for name in sandboxes}
+    for _ in range(repeats):
+        for name, sb in sandboxes.items():
+            for kind in ("fork", "replay"):
+                _restore_once(sb, kind, handles[name], timing[name])
+    out = {}
+    for name, sb in sandboxes.items():
+        med = {k: statistics.median(v) for k, v in timing[name].items()}
+        out[name] = {
             "mode": sb.isolation.get("mode"),
             "seccomp": sb.isolation.get("seccomp"),
-            "sandbox_start_s": round(start_s, 3),
-            "cells_per_s": round(cells_per_s, 1),
+            "cells_per_s": round(rates[name], 1),
             "restore_fork_ms": round(med["fork"], 3),
             "restore_replay_ms": round(med["replay"], 3),
             "fork_speedup": round(med["replay"] / med["fork"], 1),
             "restore_fork_then_cell_ms": round(med["fork_cell"], 3),
             "restore_replay_then_cell_ms": round(med["replay_cell"], 3),
+            "restore_fork_min_ms": round(min(timing[name]["fork"]), 3),
+            "restore_fork_then_cell_min_ms": round(min(timing[name]["fork_cell"]), 3),
             "restored_output": sb.run("print(sol, total, f(10))").output.strip(),
         }
+    return out
+
+
+def _measure_all(seconds: float, repeats: int) -> dict[str, dict[str, Any]]:
+    """Start every configuration (timed, one at a time), then measure them interleaved."""
+    sandboxes, starts = {}, {}
+    try:
+        for name, cfg in _layers().items():
+            sb = sandboxes[name] = Sandbox(cfg)
+            t0 = time.perf_counter()
+            sb.start()
+            starts[name] = round(time.perf_counter() - t0, 3)
+        figures = _interleaved(sandboxes, seconds, repeats)
+        return {name: {"sandbox_start_s": starts[name], **fig} for name, fig in figures.items()}
     finally:
-        sb.close()
+        for sb in sandboxes.values():
+            sb.close()
 
 
 def _snapshot_memory(snapshots: int) -> dict[str, Any]:
@@ -135,11 +166,12 @@ def _snapshot_memory(snapshots: int) -> dict[str, Any]:
 def run_bench(seconds: float = 2.0, repeats: int = 20, snapshots: int = 8) -> dict[str, Any]:
     """The benchmark figures as a dict: the default configuration's, then every layer's.
 
-    The configurations run one after another in one process (so on the same machine load);
+    All configurations run at once in one process and are measured round-robin
+    (`_interleaved`), so they see the same machine load;
     ``layers`` holds each one's figures and ``layer_cost`` the ratio of each figure to the
     first version's isolation ('namespaces'; 'none' where this is not root).
     """
-    layers = {name: _measure(cfg, seconds, repeats) for name, cfg in _layers().items()}
+    layers = _measure_all(seconds, repeats)
     main = layers["bwrap"] if layers["bwrap"]["mode"] == "bwrap" else next(iter(layers.values()))
     base = layers.get("namespaces") or layers["none"]
     cost = {name: {k: round(fig[k] / base[k], 2) for k in ("sandbox_start_s", "cells_per_s", "restore_fork_ms",
