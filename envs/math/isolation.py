@@ -36,7 +36,8 @@ from trace_gym.envs.math import seccomp
 
 log = logging.getLogger(__name__)
 
-_CLONE_NEWNS = 0x00020000
+_CLONE_NEWNS, _CLONE_NEWNET = 0x00020000, 0x40000000
+_PR_SET_NO_NEW_PRIVS = 38
 _MS_REC, _MS_BIND, _MS_PRIVATE, _MS_NOSUID, _MS_NODEV = 0x4000, 4096, 1 << 18, 2, 4
 MODES = ("auto", "bwrap", "namespaces", "none")
 DEVICES = ("/dev/null", "/dev/zero", "/dev/urandom")
@@ -59,6 +60,9 @@ class Launch:
     env: dict[str, str] = field(default_factory=dict)
     pass_fds: tuple[int, ...] = ()
     seccomp: bool = True
+    self_isolating: bool = True
+    """'namespaces' mode: the command unshares and drops privileges itself (the math worker
+    does); False makes the launcher do it (new mount and network namespaces, uid, no_new_privs)"""
 
 
 @functools.lru_cache(maxsize=1)
@@ -194,7 +198,7 @@ def _unblock_plan(spec: Launch) -> list[tuple[str, list[str]]]:
     tmpfs in a mount namespace of its own and binds back only the needed trees. The host's
     own mounts are untouched.
     """
-    if spec.uid is None or spec.mode != "bwrap":
+    if spec.uid is None or not (spec.mode == "bwrap" or (spec.mode == "namespaces" and not spec.self_isolating)):
         return []
     plan: dict[str, list[str]] = {}
     for path in [*python_paths(), *spec.expose]:
@@ -225,6 +229,7 @@ def _unblock(plan: list[tuple[str, list[str]]]) -> None:
 def _preexec(spec: Launch, plan: list[tuple[str, list[str]]]):
     """Runs in the child before exec: join the cgroups, expose Python, drop to the sandbox uid."""
     cgroups, uid = list(spec.cgroups), spec.uid
+    netns = spec.mode == "namespaces" and not spec.self_isolating
 
     def run() -> None:
         for cg in cgroups:
@@ -232,6 +237,10 @@ def _preexec(spec: Launch, plan: list[tuple[str, list[str]]]):
                 f.write("0")
         if plan:
             _unblock(plan)
+        if netns and _libc().unshare(_CLONE_NEWNET) != 0:
+            raise OSError("cannot make a network namespace")
+        if netns:
+            _libc().prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
         if uid is not None:
             os.setgroups([])
             os.setresgid(uid, uid, uid)
@@ -244,7 +253,9 @@ def launch(spec: Launch, **popen: object) -> subprocess.Popen:
     """Start `spec.argv` isolated as `spec.mode` says ('bwrap', 'namespaces' or 'none').
 
     In 'namespaces' mode the command does its own unsharing (the math worker does), so
-    here it only joins the cgroups; the uid is dropped inside, after the mounts.
+    here it only joins the cgroups; the uid is dropped inside, after the mounts. With
+    ``self_isolating=False`` (the verifier) this launcher gives it new mount and network
+    namespaces, the uid and ``no_new_privs`` itself.
     """
     fds: list[int] = []
     plan = _unblock_plan(spec)
@@ -253,6 +264,10 @@ def launch(spec: Launch, **popen: object) -> subprocess.Popen:
             argv = _bwrap_argv(spec, fds)
             preexec = _preexec(spec, plan)
             env = {"PATH": "/usr/bin:/bin"}
+        elif spec.mode == "namespaces" and not spec.self_isolating:
+            argv = spec.argv
+            preexec = _preexec(spec, plan)
+            env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), **spec.env}
         else:
             argv = spec.argv
             preexec = _preexec(Launch(spec.argv, spec.mode, None, spec.cgroups), [])

@@ -65,16 +65,32 @@ class _Worker:
 
     def __init__(self, start_timeout_s: float):
         self.mode = iso.choose_mode("auto")
+        try:
+            self._start(start_timeout_s)
+        except VerifierUnavailable:
+            if self.mode != "namespaces":
+                raise
+            # a fallback machine where even the launcher's own isolation cannot start Python:
+            # keep rewards working (our judge never evaluates text) and say so loudly
+            log.warning("math verifier: the isolated worker did not start; RUNNING THE VERIFIER UNISOLATED")
+            self.mode = "none"
+            self._start(start_timeout_s)
+
+    def _start(self, start_timeout_s: float) -> None:
         root = os.geteuid() == 0
-        inside = iso.exposed_path(_JUDGE) if self.mode == "bwrap" else str(_JUDGE)
-        python = iso.python_executable() if self.mode == "bwrap" else sys.executable
+        bwrap = self.mode == "bwrap"
+        inside = iso.exposed_path(_JUDGE) if bwrap else str(_JUDGE)
         env = {"PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1", "OPENBLAS_NUM_THREADS": "1", "LANG": "C.UTF-8"}
-        if self.mode == "bwrap":
+        if bwrap:
             env["PYTHONPATH"] = iso.sandbox_pythonpath()
-        spec = iso.Launch([python, "-s", inside, str(WORKER_MEMORY_MB)], self.mode,
-                          uid=iso.free_uid() if root and self.mode == "bwrap" else None,
-                          expose={str(_JUDGE): inside}, tmpfs_mb=16, env=env)
-        self.proc = iso.launch(spec, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        spec = iso.Launch([iso.python_executable() if bwrap else sys.executable, "-s", inside, str(WORKER_MEMORY_MB)],
+                          self.mode, uid=iso.free_uid() if root and self.mode != "none" else None,
+                          expose={str(_JUDGE): inside}, tmpfs_mb=16, env=env, self_isolating=False)
+        try:
+            self.proc = iso.launch(spec, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                   text=True)
+        except (OSError, subprocess.SubprocessError) as e:
+            raise VerifierUnavailable(f"the math verifier worker could not be launched ({self.mode}): {e}") from e
         if self.readline(start_timeout_s) is None:
             self.kill()
             raise VerifierUnavailable(f"the math verifier worker did not start (isolation {self.mode})")

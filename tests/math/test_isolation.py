@@ -382,3 +382,22 @@ def test_a_hit_limit_is_a_readable_observation(limits_env, canaries, name, code,
     obs, reward, term, _t, info = env.step(f"```python\n{code}\n```")
     assert expect in obs and not term and reward == 0.0, (name, obs)
     _contained(env, canaries)
+
+
+def test_verifier_fallback_isolation_drops_uid_and_network(monkeypatch):
+    if not ROOT:
+        pytest.skip("the namespaces fallback needs root")
+    from trace_gym.envs.math import verify
+
+    monkeypatch.setattr(verify.iso, "choose_mode", lambda _requested: "namespaces")
+    pool = verify.VerifierPool(timeout_s=20.0)
+    try:
+        assert pool.check("1/2", "0.5")["canonical"] is True
+        worker = pool._all[0]  # noqa: SLF001
+        assert worker.mode == "namespaces"
+        pid = worker.proc.pid
+        uid = int(Path(f"/proc/{pid}/status").read_text().split("Uid:")[1].split()[0])
+        assert uid != 0
+        assert os.readlink(f"/proc/{pid}/ns/net") != os.readlink("/proc/self/ns/net")
+    finally:
+        pool.close()
