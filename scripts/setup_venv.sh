@@ -9,17 +9,26 @@ VENV=${1:-.venv}
 EXTRAS=${2:-all}
 PYTHON=${PYTHON:-python3}
 cd "$(dirname "$0")/.."
-# chromium + chromium-driver for the browser tests (tests/bench/test_view_browser.py):
-# installed with apt when run as root; otherwise warn (the test then fails, or skips
-# where the set-up cannot be root, saying what to install)
-if ! command -v chromium >/dev/null 2>&1 || [ ! -x /usr/bin/chromedriver ]; then
+# System packages, installed with apt when we are root and they are missing; never fail the
+# set-up over them (warn instead: the tests that need them then fail, saying what to install).
+#   bubblewrap: the math sandbox runs cells and the answer verifier under bwrap (without it
+#               the sandbox falls back to weaker isolation with a warning)
+#   chromium + chromium-driver: the browser tests of the tree viewer
+apt_install() {  # apt_install WHAT PACKAGE...
+  local what=$1; shift
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-    apt-get install -y -q chromium chromium-driver >/dev/null 2>&1 \
-      || { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q chromium chromium-driver >/dev/null 2>&1; } \
-      || echo "setup_venv.sh: warning: apt-get could not install chromium chromium-driver; the browser tests will fail" >&2
+    echo "setup_venv.sh: installing $* ($what)" >&2
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get install -y -q "$@" >/dev/null 2>&1 \
+      || { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q "$@" >/dev/null 2>&1; } \
+      || echo "setup_venv.sh: warning: apt-get could not install $* ($what)" >&2
   else
-    echo "setup_venv.sh: warning: chromium/chromium-driver missing; run: sudo apt-get install -y chromium chromium-driver" >&2
+    echo "setup_venv.sh: warning: $* missing ($what); run: sudo apt-get install -y $*" >&2
   fi
+}
+command -v bwrap >/dev/null 2>&1 || apt_install "the math sandbox" bubblewrap
+if ! command -v chromium >/dev/null 2>&1 || [ ! -x /usr/bin/chromedriver ]; then
+  apt_install "the browser tests" chromium chromium-driver
 fi
 [ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
 PY="$VENV/bin/python"

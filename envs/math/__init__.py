@@ -1,8 +1,12 @@
 """trace/Math-v0: tool-integrated math with a persistent, sandboxed, snapshottable interpreter.
 
-Modules: `env` (MathEnv), `sandbox` (the interpreter process tree), `protocol` (parsing
-turns, wrapping output), `verify` (math-verify + sympy answer checking), `data`
-(embedded default set and DeepScaleR-format loader), `bench` (`trace-gym bench math-env`).
+Modules: `env` (MathEnv), `sandbox` (the sandbox policy: start-up, interpreters,
+snapshots), `_proc` (process primitives: channels, kernel-vouched pids, pidfds,
+membership), `isolation` (bwrap / namespaces / none), `seccomp` (the filter),
+`_sandbox_worker` (the code inside), `protocol` (parsing turns, wrapping output),
+`verify` (the sandboxed verifier pool) and `_judge` (our eval-free answer grammar),
+`data` (embedded default set and DeepScaleR-format loader), `bench`
+(`trace-gym bench math-env`).
 """
 
 from __future__ import annotations

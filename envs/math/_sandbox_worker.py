@@ -4,10 +4,10 @@ Started by `trace_gym.envs.math.sandbox.Sandbox` as ``python -s _sandbox_worker.
 it imports nothing from trace_gym (only the standard library, plus the configured
 preloads), so the sandbox never loads the env's own code.
 
-Process layout (outer pids are what the env sees; with a PID namespace the inner ones
-start at 1)::
+Process layout (under bwrap, the bootstrap already runs unprivileged inside bwrap's
+namespaces; in 'namespaces' mode it is root and unshares them itself)::
 
-    bootstrap (root, outside the namespaces; exits when the env closes its stdin)
+    bootstrap (exits when the env closes its stdin)
       init    (pid 1 of the new PID namespace, unprivileged, reaps orphans)
         zygote        (the "pristine" parked process: preloads imported, nothing run)
         interpreter   (live; its own process group; runs cells)
@@ -16,21 +16,34 @@ start at 1)::
 Every long-lived process is a child of init (double fork), so nothing is left as a
 zombie of a process that the env killed. Messages are JSON over SOCK_SEQPACKET unix
 sockets; a new channel travels as an SCM_RIGHTS file descriptor with the ``fork`` /
-``spawn`` request that creates the process which will own it.
+``spawn`` request that creates the process which will own it. A process announces
+itself with ``{"hello": true}``; the env learns its pid from the kernel (SO_PASSCRED),
+never from a message, so nothing here reports pids.
+
+Work-dir files are part of a snapshot: a parked snapshot copies the work dir into
+``<snapshot root>/<pid>`` (regular files, directories and symlinks as symlinks; FIFOs,
+sockets and devices skipped; hard links become copies; sparse files count their full
+size) up to ``snapshot_files_mb``, and an interpreter forked from it puts that copy back
+before its first cell. A bigger work dir makes the snapshot report ``files: false`` and
+that checkpoint is restored by ledger replay instead.
 """
 
 from __future__ import annotations
 
 import ast
+import contextlib
 import ctypes
 import io
 import json
 import linecache
 import os
 import resource
+import shutil
 import signal
 import socket
+import stat
 import sys
+import threading
 import traceback
 
 CLONE_NEWNS = 0x00020000
@@ -56,18 +69,6 @@ def _log(*parts: object) -> None:
         print("[sandbox]", os.getpid(), *parts, file=sys.__stderr__, flush=True)
 
 
-def outer_pid() -> int:
-    """This process's pid as the env (outside any PID namespace) sees it."""
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("NSpid:"):
-                    return int(line.split()[1])
-    except OSError:
-        pass
-    return os.getpid()
-
-
 # ---------------------------------------------------------------------- messaging
 def send(chan: socket.socket, msg: dict, fds: list[int] | None = None) -> None:
     data = json.dumps(msg).encode()
@@ -77,15 +78,23 @@ def send(chan: socket.socket, msg: dict, fds: list[int] | None = None) -> None:
         chan.send(data)
 
 
+_RECV_BUF = bytearray(MAX_MSG)  # allocated up front: a cell that used up the address space can still be served
+_FD_SIZE = 4
+
+
 def recv(chan: socket.socket) -> tuple[dict | None, list[int]]:
     """One request and any passed fds; (None, []) when the peer has gone."""
     try:
-        data, fds, _flags, _addr = socket.recv_fds(chan, MAX_MSG, 4)
+        size, anc, _flags, _addr = chan.recvmsg_into([_RECV_BUF], socket.CMSG_SPACE(4 * _FD_SIZE))
     except OSError:
         return None, []
-    if not data:
+    fds: list[int] = []
+    for level, kind, payload in anc:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            fds += [int.from_bytes(payload[i : i + 4], sys.byteorder) for i in range(0, len(payload) - len(payload) % 4, 4)]
+    if not size:
         return None, []
-    return json.loads(data), list(fds)
+    return json.loads(bytes(_RECV_BUF[:size])), fds
 
 
 # ---------------------------------------------------------------------- cells
@@ -128,6 +137,42 @@ class NoInput(io.TextIOBase):
         return ""
 
 
+LIMITS: dict = {}
+"""the limits in force (memory_mb, file_size_mb, ...), for the notes `limit_note` writes"""
+
+
+def limit_note(e: BaseException) -> str | None:
+    """A line that names the sandbox limit a cell's exception came from, if any."""
+    if isinstance(e, MemoryError):
+        return f"MemoryError: the cell exceeded the sandbox memory limit ({LIMITS.get('memory_mb')} MiB)"
+    if isinstance(e, CpuLimit):
+        return f"TimeoutError: the cell exceeded its CPU time limit ({LIMITS.get('cpu_s')} s)"
+    if isinstance(e, OSError):
+        code = e.errno
+        if code == 27:  # EFBIG
+            return f"OSError: a file exceeded the sandbox file size limit ({LIMITS.get('file_size_mb')} MiB)"
+        if code == 24:  # EMFILE
+            return f"OSError: the cell exceeded the open files limit ({LIMITS.get('max_open_files')})"
+        if code == 11:  # EAGAIN from fork/thread start
+            return f"OSError: the cell exceeded the process/thread limit ({LIMITS.get('max_processes')})"
+        if code == 28:  # ENOSPC
+            return f"OSError: the sandbox disk (/tmp, {LIMITS.get('tmpfs_mb')} MiB) is full"
+    if isinstance(e, RuntimeError) and "can't start new thread" in str(e):
+        return f"RuntimeError: the cell exceeded the process/thread limit ({LIMITS.get('max_processes')})"
+    return None
+
+
+class CpuLimit(BaseException):
+    """Raised in a cell by SIGXCPU (the per-cell RLIMIT_CPU soft limit)."""
+
+
+def _on_xcpu(_signum, _frame) -> None:
+    hard = resource.getrlimit(resource.RLIMIT_CPU)[1]
+    with contextlib.suppress(ValueError, OSError):
+        resource.setrlimit(resource.RLIMIT_CPU, (hard, hard))  # no second SIGXCPU while it unwinds
+    raise CpuLimit("CPU time limit exceeded")
+
+
 class Interpreter:
     """A notebook-like namespace that runs cells and reports their output."""
 
@@ -139,6 +184,7 @@ class Interpreter:
 
     def run(self, code: str, max_chars: int, cpu_s: float) -> dict:
         self.count += 1
+        LIMITS["cpu_s"] = cpu_s
         name = f"<cell {self.count}>"
         used = sum(resource.getrusage(resource.RUSAGE_SELF)[:2])
         _soft, hard = resource.getrlimit(resource.RLIMIT_CPU)
@@ -167,9 +213,13 @@ class Interpreter:
                     print(repr(value), file=out)
         except BaseException as e:  # noqa: BLE001 - any failure of the cell is data
             error = short_traceback(e)
+            note = limit_note(e)
+            if note:
+                error = error.rstrip("\n") + "\n" + note + "\n"
         finally:
             sys.stdout, sys.stderr, sys.stdin = old
-        return {"output": out.text(), "total_chars": out.total, "error": error}
+        threads = sum(1 for t in threading.enumerate() if t is not threading.main_thread() and t.is_alive())
+        return {"output": out.text(), "total_chars": out.total, "error": error, "threads": threads}
 
 
 def short_traceback(e: BaseException, limit: int = 2000) -> str:
@@ -228,16 +278,20 @@ def double_fork() -> bool:
     return False
 
 
-def serve_live(chan: socket.socket, interp: Interpreter) -> None:
-    """The live interpreter's loop: run cells, fork snapshots."""
+def serve_live(chan: socket.socket, interp: Interpreter, files: str | None = None) -> None:
+    """The live interpreter's loop: run cells, fork snapshots (`files`: work dir to restore)."""
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    signal.signal(signal.SIGXCPU, _on_xcpu)
     me = os.getpid()
-    send(chan, {"pid": outer_pid()})
+    send(chan, {"hello": True})
     while True:
         msg, fds = recv(chan)
         if msg is None:
             os._exit(0)
         op = msg.get("op")
+        if files is not None:
+            restore_files(files)  # the first request: this interpreter is now the live one
+            files = None
         if op == "exec":
             reply = interp.run(msg["code"], int(msg["max_chars"]), float(msg["cpu_s"]))
             if os.getpid() != me:
@@ -270,21 +324,90 @@ def park(chan: socket.socket, interp: Interpreter, spare_fd: int | None = None) 
     ready "spare" waiting when it restores this snapshot.
     """
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # our dead children are reaped by the kernel
-    send(chan, {"pid": outer_pid()})
+    files = save_files()
+    send(chan, {"hello": True, "files": files is not None})
     if spare_fd is not None:
-        spawn(chan, interp, spare_fd, None)
+        spawn(chan, interp, spare_fd, None, files)
     while True:
         msg, fds = recv(chan)
         if msg is None or msg.get("op") == "exit":
+            if files:
+                shutil.rmtree(files, ignore_errors=True)
             os._exit(0)
         if msg.get("op") == "spawn" and fds:
-            spawn(chan, interp, fds[0], msg.get("seed"))
+            spawn(chan, interp, fds[0], msg.get("seed"), files)
             fds = fds[1:]
         for fd in fds:
             os.close(fd)
 
 
-def spawn(chan: socket.socket, interp: Interpreter, fd: int, seed: int | None) -> None:
+# ---------------------------------------------------------------------- work-dir files
+def _copy_tree(src: str, dst: str, budget: list[int]) -> bool:
+    """Copy `src` into `dst` without following links; False when over the byte budget."""
+    os.makedirs(dst, mode=0o700, exist_ok=True)
+    for entry in os.scandir(src):
+        st = entry.stat(follow_symlinks=False)
+        target = os.path.join(dst, entry.name)
+        if stat.S_ISLNK(st.st_mode):
+            os.symlink(os.readlink(entry.path), target)
+        elif stat.S_ISDIR(st.st_mode):
+            if not _copy_tree(entry.path, target, budget):
+                return False
+        elif stat.S_ISREG(st.st_mode):
+            budget[0] -= st.st_size  # a sparse file counts its full size
+            if budget[0] < 0:
+                return False
+            fd = os.open(entry.path, os.O_RDONLY | os.O_NOFOLLOW)
+            with os.fdopen(fd, "rb") as fin, open(target, "xb") as fout:
+                shutil.copyfileobj(fin, fout, 1 << 20)
+            os.chmod(target, stat.S_IMODE(st.st_mode))
+    return True
+
+
+def _clear(path: str) -> None:
+    for entry in os.scandir(path):
+        if entry.is_dir(follow_symlinks=False):
+            shutil.rmtree(entry.path, ignore_errors=True)
+        else:
+            with contextlib.suppress(OSError):
+                os.unlink(entry.path)
+
+
+def save_files() -> str | None:
+    """Copy the work dir into this (parked) process's snapshot dir; None if over the cap."""
+    root = LIMITS.get("snapshot_root")
+    if not root:
+        return None
+    os.makedirs(root, mode=0o700, exist_ok=True)
+    for stale in os.listdir(root):  # copies of snapshots that were killed
+        with contextlib.suppress(ValueError, OSError):
+            os.kill(int(stale), 0)
+            continue
+        shutil.rmtree(os.path.join(root, stale), ignore_errors=True)
+    dst = os.path.join(root, str(os.getpid()))
+    shutil.rmtree(dst, ignore_errors=True)
+    try:
+        ok = _copy_tree(LIMITS["workdir"], dst, [LIMITS["snapshot_files_mb"] << 20])
+    except OSError as e:
+        _log("snapshot copy failed", e)
+        ok = False
+    if not ok:
+        shutil.rmtree(dst, ignore_errors=True)
+        return None
+    return dst
+
+
+def restore_files(saved: str) -> None:
+    """Make the work dir what it was when `saved` was taken."""
+    workdir = LIMITS["workdir"]
+    try:
+        _clear(workdir)
+        _copy_tree(saved, workdir, [1 << 62])
+    except OSError as e:
+        _log("restoring the work dir failed", e)
+
+
+def spawn(chan: socket.socket, interp: Interpreter, fd: int, seed: int | None, files: str | None = None) -> None:
     """Fork a live interpreter that serves requests on `fd` (the parent closes `fd`)."""
     try:
         pid = fork_keeping_rng()
@@ -296,8 +419,21 @@ def spawn(chan: socket.socket, interp: Interpreter, fd: int, seed: int | None) -
         os.setpgid(0, 0)
         if seed is not None:
             seed_rngs(int(seed))
-        serve_live(socket.socket(fileno=fd), interp)
+        warm_up()
+        serve_live(socket.socket(fileno=fd), interp, files)
     os.close(fd)
+
+
+def warm_up() -> None:
+    """Walk a cell's code path once in a throwaway namespace, while this fork is still a spare.
+
+    A fork shares its parent's pages copy-on-write, and the first cell after a restore
+    would otherwise pay those page faults (the parser, compiler, allocator and JSON
+    pages) on the restore's critical path.
+    """
+    scratch = Interpreter()
+    scratch.run("_ = [str(i) for i in range(64)]\n_", 100, 1.0)
+    json.loads(json.dumps({"output": "x" * 100, "total_chars": 100, "error": None, "threads": 0}))
 
 
 def set_limits(cfg: dict) -> None:
@@ -309,7 +445,7 @@ def set_limits(cfg: dict) -> None:
         resource.RLIMIT_CORE: 0,
         resource.RLIMIT_CPU: int(cfg["total_cpu_s"]),
     }
-    if cfg["drop_privileges"]:
+    if cfg["own_uid"]:
         # RLIMIT_NPROC counts every process of the uid: only set it on the sandbox's own uid
         # (on a user's uid it would count their desktop too and stop every fork)
         limits[resource.RLIMIT_NPROC] = cfg["max_processes"]
@@ -344,6 +480,9 @@ def zygote(cfg: dict, chan: socket.socket) -> None:
     os.chdir(cfg["workdir"])
     os.environ["HOME"] = cfg["workdir"]
     os.environ["TMPDIR"] = cfg["workdir"]
+    LIMITS.update({k: cfg[k] for k in ("memory_mb", "file_size_mb", "max_open_files", "max_processes", "tmpfs_mb",
+                                       "snapshot_files_mb", "workdir")})
+    LIMITS["snapshot_root"] = os.path.join(os.path.dirname(cfg["workdir"]), ".snapshots")
     if not cfg["netns"]:
         install_network_guard()
     for name in cfg["preload"]:
@@ -477,6 +616,9 @@ def private_mounts(cfg: dict) -> bool:
 
 def bootstrap(cfg: dict) -> None:
     """Enter the namespaces, fork init, and wait for the env to close our stdin."""
+    # not dumpable: no cell can open this process's /proc/<pid>/mem (under bwrap it is pid 1
+    # of the sandbox and runs as the same uid as the cells)
+    _libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
     report: dict = {"netns": False, "pidns": False, "mountns": False}
     if cfg.get("cgroup"):
         try:
@@ -500,13 +642,13 @@ def bootstrap(cfg: dict) -> None:
     os.makedirs(workdir, mode=0o700, exist_ok=True)
     if cfg["drop_privileges"]:
         os.chown(workdir, cfg["uid"], cfg["gid"])
-    cfg = {**cfg, "workdir": workdir, "netns": report["netns"]}
+    cfg = {**cfg, "workdir": workdir, "netns": report["netns"] or cfg.get("netns", False)}
     chan = socket.socket(fileno=cfg["fd"])
     pid = os.fork()
     if pid == 0:
         init(cfg, chan)
         os._exit(0)
-    send(chan, {"isolation": report, "init_pid": pid})
+    send(chan, {"isolation": report})
     chan.close()
     try:
         while sys.stdin.buffer.read(1):

@@ -24,7 +24,12 @@ import numpy as np
 from trace_gym.envs.math.data import MathTask, TaskSet, load_dataset
 from trace_gym.envs.math.protocol import FORMAT_HINT, format_cell, parse_action
 from trace_gym.envs.math.sandbox import Sandbox, SandboxConfig, SandboxError
-from trace_gym.envs.math.verify import VerifierPool, default_pool, verify_answer
+from trace_gym.envs.math.verify import (
+    VerifierPool,
+    VerifierUnavailable,
+    default_pool,
+    verify_answer,
+)
 
 from trace_gym.core import TraceEnv, Transition
 from trace_gym.errors import ConfigError
@@ -126,7 +131,7 @@ class MathEnv(TraceEnv):
         self._sandbox.start()
         self._sandbox.discard_live()
         task = self._tasks.tasks[task_index]
-        info = {"dataset": self._tasks.name, **{k: v for k, v in task.meta.items() if k in ("topic", "type", "level", "difficulty", "year")}}
+        info = {"dataset": self._tasks.name, "isolation": self._sandbox.isolation.get("mode"), **{k: v for k, v in task.meta.items() if k in ("topic", "type", "level", "difficulty", "year")}}
         return PROMPT_TEMPLATE.format(problem=task.problem), info
 
     # ------------------------------------------------------------------ turns
@@ -162,6 +167,10 @@ class MathEnv(TraceEnv):
                           timeout_s=cfg.cell_timeout_s, cpu_s=cfg.cell_cpu_s)
         if blocks > 1:
             obs += "\n(Only the first of your code blocks was run.)"
+        if result.threads:
+            obs += (f"\n(Note: {result.threads} thread(s) started by your code are still running; a checkpoint "
+                    "of this state is restored by re-running the code, not from a snapshot.)")
+            info["threads"] = result.threads
         info.update(status=result.status, output_chars=result.total_chars,
                     truncated=result.total_chars > len(result.output), elapsed_s=round(result.elapsed_s, 6))
         if result.status in ("ok", "error"):
@@ -187,7 +196,12 @@ class MathEnv(TraceEnv):
             verdict_info = {"correct": False, "method": "rejected", "math_verify": None, "canonical": None,
                             "timed_out": False, "error": "empty or over-long answer"}
         else:
-            verdict_info = verify_answer(answer, task.answer, self._pool).to_info()
+            try:
+                verdict_info = verify_answer(answer, task.answer, self._pool).to_info()
+            except VerifierUnavailable as e:  # a bad answer is data: reward 0, the episode ends
+                log.warning("math env: %s", e)
+                verdict_info = {"correct": False, "method": "unavailable", "math_verify": None, "canonical": None,
+                                "timed_out": False, "error": str(e)}
         correct = bool(verdict_info["correct"])
         info = {"action": "answer", "answer": answer[:MAX_ANSWER_CHARS], "correct": correct, "verifier": verdict_info}
         return Transition(f"Final answer received: {answer[:200]}", float(correct), True, info)

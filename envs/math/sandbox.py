@@ -1,16 +1,17 @@
-"""A persistent, sandboxed, snapshottable Python interpreter (the env-side handle).
+"""A persistent, sandboxed, snapshottable Python interpreter (the env-side policy).
 
-`Sandbox` starts ``_sandbox_worker.py`` in a separate process tree that, where the
-machine allows, lives in its own network, PID and mount namespaces, runs as an
-unprivileged uid with ``no_new_privs`` and resource limits, and sits in its own pids
-cgroup. Cells run in a live interpreter process; `snapshot()` forks it into a parked
-copy and `restore_snapshot()` forks a new live interpreter from that copy, so a restore
-costs one fork. `replay()` is the portable path: a fresh interpreter from the pristine
-zygote re-runs a code ledger.
+`Sandbox` starts ``_sandbox_worker.py`` isolated as `isolation` decides (bubblewrap by
+default; see that module for what a cell can see) and in cgroups of its own. Cells run in
+a live interpreter process; `snapshot()` forks it into a parked copy (with a copy of the
+work dir, made inside the sandbox) and `restore_snapshot()` forks a new live interpreter
+from that copy, so a restore costs one fork. `replay()` is the portable path: a fresh
+interpreter from the pristine zygote re-runs a code ledger.
 
-Every wait on the sandbox has a deadline; a cell that overruns is stopped by killing
-its whole process group (plus anything else of the sandbox that is not a known
-interpreter or snapshot), and the caller decides how to recover.
+The host acts only on processes it can vouch for (`_proc`): pids come from the kernel
+(``SO_PASSCRED``), are pinned as pidfds and checked against the sandbox's cgroup or
+process tree; nothing a sandbox process says about itself is used as a host pid. Every
+wait has a deadline; a cell that overruns is killed with every sandbox process that is
+not a known interpreter or snapshot, and the caller decides how to recover.
 """
 
 from __future__ import annotations
@@ -20,8 +21,7 @@ import json
 import logging
 import os
 import secrets
-import select
-import signal
+import shutil
 import socket
 import subprocess
 import sys
@@ -33,6 +33,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from trace_gym.envs.math import isolation as iso
+from trace_gym.envs.math import seccomp
+from trace_gym.envs.math._proc import Members, Proc, kill_members, pidfd_of, recv, send, socketpair
+
 from trace_gym.errors import ConfigError, TraceGymError
 
 __all__ = ["CellResult", "Sandbox", "SandboxConfig", "SandboxError", "SnapshotHandle"]
@@ -40,9 +44,7 @@ __all__ = ["CellResult", "Sandbox", "SandboxConfig", "SandboxError", "SnapshotHa
 log = logging.getLogger(__name__)
 
 _WORKER = Path(__file__).with_name("_sandbox_worker.py")
-_SO_SNDBUFFORCE, _SO_RCVBUFFORCE = 32, 33
-_BUF = 8 << 20
-_UID_RANGE = (200_000, 260_000)
+_CGROUP_V1, _CGROUP_V2 = "/sys/fs/cgroup/pids", ("/sys/fs/cgroup/unified", "/sys/fs/cgroup")
 
 
 class SandboxError(TraceGymError, RuntimeError):
@@ -51,20 +53,22 @@ class SandboxError(TraceGymError, RuntimeError):
 
 @dataclass
 class SandboxConfig:
-    """Limits and isolation of the interpreter process (defaults suit math tool use)."""
+    """Limits and isolation of the interpreter (defaults like SandboxFusion's)."""
 
     cell_timeout_s: float = 10.0
-    """wall-clock limit of one cell; the interpreter's process group is killed after it"""
+    """wall-clock limit of one cell; the interpreter is killed after it and the state rolled back"""
     cell_cpu_s: float = 10.0
     """CPU-time limit of one cell (RLIMIT_CPU soft limit, raised before each cell)"""
     total_cpu_s: float = 3600.0
     """hard CPU limit of one interpreter process over its life"""
-    memory_mb: int = 2048
+    memory_mb: int = 1024
     """address-space limit (RLIMIT_AS) of every sandbox process"""
     file_size_mb: int = 16
     """largest file a cell may write (RLIMIT_FSIZE)"""
     tmpfs_mb: int = 64
-    """size of the private /tmp (and working directory) when a mount namespace is available"""
+    """size of the private /tmp that holds the work dir and the snapshots' copies of it"""
+    snapshot_files_mb: int = 16
+    """work-dir bytes a snapshot copies; a bigger work dir makes that checkpoint replay instead"""
     max_open_files: int = 64
     """RLIMIT_NOFILE"""
     max_snapshots: int = 32
@@ -81,7 +85,10 @@ class SandboxConfig:
     preload: tuple[str, ...] = ("math", "fractions", "itertools", "sympy", "numpy")
     """modules imported once in the zygote, so cells and replays import them for free"""
     isolation: str = "auto"
-    """'auto' (namespaces + unprivileged uid where possible) or 'none' (limits only)"""
+    """'auto' (bwrap, else namespaces with a warning, else none with a loud warning),
+    or one of 'bwrap', 'namespaces', 'none' explicitly"""
+    seccomp: bool = True
+    """load the seccomp filter of `trace_gym.envs.math.seccomp` (bwrap mode)"""
     uid: int | None = None
     """unprivileged uid to run as when started by root (default: a free one per sandbox)"""
     start_timeout_s: float = 60.0
@@ -95,15 +102,16 @@ class SandboxConfig:
         for name in ("cell_timeout_s", "cell_cpu_s", "total_cpu_s", "start_timeout_s", "fork_timeout_s"):
             if not getattr(self, name) > 0:
                 raise ConfigError(f"SandboxConfig.{name} must be > 0, got {getattr(self, name)!r}")
-        for name in ("memory_mb", "file_size_mb", "tmpfs_mb", "max_open_files", "max_snapshots", "extra_processes"):
+        for name in ("memory_mb", "file_size_mb", "tmpfs_mb", "snapshot_files_mb", "max_open_files", "max_snapshots",
+                     "extra_processes"):
             if int(getattr(self, name)) < 1:
                 raise ConfigError(f"SandboxConfig.{name} must be >= 1, got {getattr(self, name)!r}")
         if not 1 <= self.max_output_chars <= 100_000:
             raise ConfigError(f"SandboxConfig.max_output_chars must be in [1, 100000], got {self.max_output_chars}")
         if self.memory_mb < 256:
             raise ConfigError("SandboxConfig.memory_mb below 256 cannot hold the interpreter; use >= 256")
-        if self.isolation not in ("auto", "none"):
-            raise ConfigError(f"SandboxConfig.isolation must be 'auto' or 'none', got {self.isolation!r}")
+        if self.isolation not in iso.MODES:
+            raise ConfigError(f"SandboxConfig.isolation must be one of {iso.MODES}, got {self.isolation!r}")
         self.preload = tuple(self.preload)
 
 
@@ -116,6 +124,8 @@ class CellResult(NamedTuple):
     total_chars: int
     error: str | None
     elapsed_s: float
+    threads: int = 0
+    """threads the cell left running (a snapshot of this state would lose them)"""
 
 
 @dataclass(frozen=True)
@@ -126,155 +136,6 @@ class SnapshotHandle:
     sid: int
 
 
-class _Proc:
-    """One sandbox process the env talks to: its channel, outer pid and pidfd.
-
-    A spare is created before its pid is known (``pid=None``); `ready` reads the pid
-    message the process sends when it starts.
-    """
-
-    def __init__(self, chan: socket.socket, pid: int | None):
-        self.chan, self.pid = chan, pid
-        self.pidfd: int | None = None
-        self.killed = False
-        if pid is not None:
-            self._open_pidfd()
-
-    def _open_pidfd(self) -> None:
-        try:
-            self.pidfd = os.pidfd_open(self.pid)  # type: ignore[arg-type]
-        except (OSError, AttributeError):
-            self.pidfd = None
-
-    def ready(self, deadline: float) -> bool:
-        """Know the pid (waiting for it until `deadline` if needed) and be alive."""
-        if self.pid is None:
-            msg = _recv(self.chan, deadline)
-            if msg is None or "pid" not in msg:
-                return False
-            self.pid = int(msg["pid"])
-            self._open_pidfd()
-        return self.alive()
-
-    def alive(self) -> bool:
-        """Running and not already killed (a process with a SIGKILL queued counts as dead)."""
-        if self.pid is None or self.killed:
-            return False
-        if self.pidfd is not None:
-            if select.select([self.pidfd], [], [], 0)[0]:
-                return False
-        else:
-            try:
-                os.kill(self.pid, 0)
-            except OSError:
-                return False
-        return not _dying(self.pid)
-
-    def kill(self, group: bool = False) -> None:
-        self.killed = True
-        if group and self.pid is not None:
-            with contextlib.suppress(OSError):
-                os.killpg(self.pid, signal.SIGKILL)
-        if self.pidfd is not None:
-            with contextlib.suppress(OSError):
-                signal.pidfd_send_signal(self.pidfd, signal.SIGKILL)
-            os.close(self.pidfd)
-            self.pidfd = None
-        self.chan.close()
-
-
-def _socketpair() -> tuple[socket.socket, socket.socket]:
-    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    for s in (a, b):
-        for force, plain in ((_SO_SNDBUFFORCE, socket.SO_SNDBUF), (_SO_RCVBUFFORCE, socket.SO_RCVBUF)):
-            try:
-                s.setsockopt(socket.SOL_SOCKET, force, _BUF)
-            except OSError:
-                with contextlib.suppress(OSError):
-                    s.setsockopt(socket.SOL_SOCKET, plain, _BUF)
-    return a, b
-
-
-def _send(chan: socket.socket, msg: dict, fd: int | None = None) -> None:
-    data = json.dumps(msg, ensure_ascii=False).encode("utf-8", "surrogatepass")
-    if fd is None:
-        chan.sendall(data)
-    else:
-        socket.send_fds(chan, [data], [fd])
-
-
-def _recv(chan: socket.socket, deadline: float, seq: int | None = None) -> dict | None:
-    """The next message (with sequence number `seq` if given), or None on timeout / EOF."""
-    while True:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            return None
-        try:
-            ready = select.select([chan], [], [], left)[0]
-        except (OSError, ValueError):
-            return None
-        if not ready:
-            return None
-        try:
-            data = chan.recv(_BUF)
-        except OSError:
-            return None
-        if not data:
-            return None
-        try:
-            msg = json.loads(data.decode("utf-8", "replace"))
-        except ValueError:
-            continue  # a cell wrote garbage into the channel; wait for the real reply
-        if not isinstance(msg, dict) or (seq is not None and msg.get("seq") != seq):
-            continue  # a stale or forged message
-        return msg
-
-
-_SIGKILL_BIT = 1 << (signal.SIGKILL - 1)
-
-
-def _dying(pid: int) -> bool:
-    """Whether `pid` is killed but not gone yet (a SIGKILL queued, or a zombie).
-
-    A cell's ``os.kill(-1, SIGKILL)`` queues SIGKILL on every other sandbox process (zygote,
-    snapshots, spares) before the cell answers, but each one only disappears once the
-    scheduler lets it tear down its memory, which on a loaded machine takes up to hundreds
-    of milliseconds. All that time its pidfd is not readable and ``kill(pid, 0)`` succeeds,
-    so without this check a restore picked the dying snapshot or spare (the next cell then
-    "crashed") and a replay forked from the dying zygote (the replay stopped half way and
-    the checkpoint's names were missing). The queued SIGKILL stays in ``ShdPnd`` (group
-    signals) or ``SigPnd`` until the process is reaped, so the answer does not depend on
-    timing.
-    """
-    try:
-        fd = os.open(f"/proc/{pid}/status", os.O_RDONLY)  # raw read: this is on the restore path
-        try:
-            text = os.read(fd, 1 << 16)
-        finally:
-            os.close(fd)
-        fields = dict(line.split(b":", 1) for line in text.splitlines() if line.startswith((b"State", b"SigPnd", b"ShdPnd")))
-        pending = int(fields.get(b"SigPnd", b"0"), 16) | int(fields.get(b"ShdPnd", b"0"), 16)
-        return fields.get(b"State", b"R").strip()[:1] in (b"Z", b"X") or bool(pending & _SIGKILL_BIT)
-    except (FileNotFoundError, ProcessLookupError):
-        return True
-    except (OSError, ValueError):
-        return False  # no readable /proc: trust the pidfd / kill(pid, 0) answer
-
-
-def _is_zombie(proc_path: str) -> bool:
-    with open(os.path.join(proc_path, "stat")) as f:
-        return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
-
-
-def _uids_in_use() -> set[int]:
-    used = set()
-    for entry in os.scandir("/proc"):
-        if entry.name.isdigit():
-            with contextlib.suppress(OSError, ValueError, IndexError):
-                used.add(os.stat(entry.path).st_uid)
-    return used
-
-
 class Sandbox:
     """One sandbox: a zygote, a live interpreter, and parked snapshots (LRU-bounded)."""
 
@@ -282,16 +143,20 @@ class Sandbox:
         self.config = config or SandboxConfig()
         self.token = secrets.token_hex(8)
         self.isolation: dict[str, Any] = {}
+        self.mode: str | None = None
         self._boot: subprocess.Popen | None = None
-        self._init_pid: int | None = None
-        self._zygote: _Proc | None = None
-        self._live: _Proc | None = None
-        self._snaps: OrderedDict[int, _Proc] = OrderedDict()
-        self._spares: dict[int | str, _Proc] = {}
-        self._pending_spare: tuple[_Proc, int | str, int | None] | None = None
+        self._members = Members([], None)
+        self._infra: dict[int, int] = {}
+        self._zygote: Proc | None = None
+        self._live: Proc | None = None
+        self._live_threads = 0
+        self._snaps: OrderedDict[int, Proc] = OrderedDict()
+        self._spares: dict[int | str, Proc] = {}
+        self._pending_spare: tuple[Proc, int | str, int | None] | None = None
         self._next_sid = 0
         self._seq = 0
         self._cgroup: str | None = None
+        self._cgroups: list[str] = []
         self._tmpdir: str | None = None
         self._uid: int | None = None
         self._lock = threading.RLock()
@@ -299,7 +164,7 @@ class Sandbox:
     # ------------------------------------------------------------------ lifecycle
     @property
     def process_limit(self) -> int:
-        """Processes and threads the sandbox uid may hold (RLIMIT_NPROC, pids.max)."""
+        """Processes and threads the sandbox may hold (RLIMIT_NPROC, pids.max)."""
         cfg = self.config
         return cfg.max_snapshots * (2 if cfg.spares else 1) + cfg.extra_processes + 8
 
@@ -308,118 +173,177 @@ class Sandbox:
         return self._zygote is not None
 
     def start(self) -> None:
-        """Start the bootstrap, namespaces and zygote (idempotent)."""
+        """Start the sandbox and its zygote (idempotent); see the named steps below."""
         with self._lock:
             if self.started:
                 return
-            cfg = self.config
-            root = os.geteuid() == 0
-            drop = root and cfg.isolation == "auto"
-            if drop:
-                self._uid = cfg.uid if cfg.uid is not None else self._free_uid()
-            nproc = self.process_limit
-            self._cgroup = self._make_cgroup(nproc) if drop else None
-            self._tmpdir = tempfile.mkdtemp(prefix="trace-gym-math-")
-            if drop:
-                os.chown(self._tmpdir, self._uid, self._uid)  # type: ignore[arg-type]
-            mine, theirs = _socketpair()
-            worker_cfg = {
-                "fd": theirs.fileno(),
-                "namespaces": drop,
-                "drop_privileges": drop,
-                "uid": self._uid,
-                "gid": self._uid,
-                "cgroup": self._cgroup,
-                "workdir": os.path.join(self._tmpdir, "work"),
-                "tmpfs_mb": cfg.tmpfs_mb,
-                "memory_mb": cfg.memory_mb,
-                "file_size_mb": cfg.file_size_mb,
-                "max_open_files": cfg.max_open_files,
-                "max_processes": nproc,
-                "total_cpu_s": cfg.total_cpu_s,
-                "preload": list(cfg.preload),
-                "no_aslr": True,
-            }
-            env = {
-                "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-                "PYTHONHASHSEED": "0",
-                "PYTHONDONTWRITEBYTECODE": "1",
-                "OPENBLAS_NUM_THREADS": "1",
-                "OMP_NUM_THREADS": "1",
-                "MKL_NUM_THREADS": "1",
-                "LANG": "C.UTF-8",
-                **{k: v for k, v in os.environ.items() if k == "TRACE_GYM_SANDBOX_DEBUG"},
-                **cfg.env,
-            }
+            self._choose_identity()
+            mine, theirs = socketpair()
             try:
-                self._boot = subprocess.Popen(
-                    [sys.executable, "-s", str(_WORKER), json.dumps(worker_cfg)],
-                    stdin=subprocess.PIPE,
-                    stdout=subprocess.DEVNULL,
-                    stderr=None if "TRACE_GYM_SANDBOX_DEBUG" in env else subprocess.DEVNULL,
-                    pass_fds=[theirs.fileno()],
-                    env=env,
-                    cwd=self._tmpdir,
-                    start_new_session=True,
-                )
+                self._spawn_boot(theirs)
             finally:
                 theirs.close()
-            deadline = time.monotonic() + cfg.start_timeout_s
-            zygote_pid = None
-            while zygote_pid is None or not self.isolation:
-                msg = _recv(mine, deadline)
-                if msg is None:
-                    mine.close()
-                    self.close()
-                    raise SandboxError(
-                        "the math sandbox did not start (set TRACE_GYM_SANDBOX_DEBUG=1 to see its "
-                        "stderr; SandboxConfig(isolation='none') skips namespaces and uid changes)"
-                    )
-                if "isolation" in msg:
-                    iso = msg["isolation"]
-                    if drop and not iso.get("uid_dropped"):
-                        log.warning("math sandbox: the Python installation is not readable by an "
-                                    "unprivileged uid and there is no mount namespace; cells run as root "
-                                    "(namespaces and limits still apply)")
-                        self._uid = None
-                    self.isolation = {**iso, "uid": self._uid, "cgroup": bool(self._cgroup)}
-                    self._init_pid = int(msg["init_pid"])
-                elif "pid" in msg:
-                    zygote_pid = int(msg["pid"])
-            self._zygote = _Proc(mine, zygote_pid)
+            self._await_zygote(mine)
             log.debug("math sandbox %s started: %s", self.token, self.isolation)
+
+    def _choose_identity(self) -> None:
+        """Step 1: isolation mode, uid, cgroups and the host-side scratch directory."""
+        cfg = self.config
+        self.mode = iso.choose_mode(cfg.isolation)
+        root = os.geteuid() == 0
+        self._uid = None
+        if root and self.mode in ("bwrap", "namespaces"):
+            self._uid = cfg.uid if cfg.uid is not None else iso.free_uid()
+        self._cgroups = self._make_cgroups() if root and self.mode != "none" else []
+        self._cgroup = next((c for c in self._cgroups if c.startswith(_CGROUP_V1)), None)
+        self._tmpdir = tempfile.mkdtemp(prefix="trace-gym-math-")
+        if self._uid is not None:
+            os.chown(self._tmpdir, self._uid, self._uid)
+
+    def _worker_config(self, fd: int) -> dict[str, Any]:
+        cfg, mode = self.config, self.mode
+        workdir = "/tmp/work" if mode == "bwrap" else os.path.join(self._tmpdir, "work")  # type: ignore[arg-type]
+        return {
+            "fd": fd,
+            "namespaces": mode == "namespaces",
+            "drop_privileges": mode == "namespaces" and self._uid is not None,
+            "own_uid": self._uid is not None,
+            "uid": self._uid,
+            "gid": self._uid,
+            "workdir": workdir,
+            "netns": mode == "bwrap",
+            "tmpfs_mb": cfg.tmpfs_mb,
+            "snapshot_files_mb": cfg.snapshot_files_mb,
+            "memory_mb": cfg.memory_mb,
+            "file_size_mb": cfg.file_size_mb,
+            "max_open_files": cfg.max_open_files,
+            "max_processes": self.process_limit,
+            "total_cpu_s": cfg.total_cpu_s,
+            "preload": list(cfg.preload),
+            "no_aslr": True,
+        }
+
+    def _spawn_boot(self, theirs: socket.socket) -> None:
+        """Step 2: launch the worker's bootstrap (through bwrap in bwrap mode)."""
+        cfg = self.config
+        inside = iso.exposed_path(_WORKER) if self.mode == "bwrap" else str(_WORKER)
+        python = iso.python_executable() if self.mode == "bwrap" else sys.executable
+        env = {
+            "PYTHONHASHSEED": "0",
+            "PYTHONDONTWRITEBYTECODE": "1",
+            "OPENBLAS_NUM_THREADS": "1",
+            "OMP_NUM_THREADS": "1",
+            "MKL_NUM_THREADS": "1",
+            "MALLOC_ARENA_MAX": "2",  # a thread would otherwise reserve a 64 MiB arena of the address-space limit
+            "LANG": "C.UTF-8",
+            **({"PYTHONPATH": iso.sandbox_pythonpath()} if self.mode == "bwrap" else {}),
+            **{k: v for k, v in os.environ.items() if k == "TRACE_GYM_SANDBOX_DEBUG"},
+            **cfg.env,
+        }
+        spec = iso.Launch(
+            [python, "-s", inside, json.dumps(self._worker_config(theirs.fileno()))],
+            self.mode or "none", uid=self._uid, cgroups=self._cgroups, expose={str(_WORKER): inside},
+            tmpfs_mb=cfg.tmpfs_mb, env=env, pass_fds=(theirs.fileno(),), seccomp=cfg.seccomp,
+        )
+        try:
+            self._boot = iso.launch(spec, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                                    stderr=None if "TRACE_GYM_SANDBOX_DEBUG" in env else subprocess.DEVNULL)
+        except (OSError, subprocess.SubprocessError) as e:
+            self.close()
+            raise SandboxError(f"the math sandbox could not be launched ({self.mode}): {e}") from e
+        self._members = Members(self._cgroups, self._boot.pid)
+
+    def _await_zygote(self, mine: socket.socket) -> None:
+        """Step 3: read the isolation report and adopt the zygote (a kernel-vouched pid)."""
+        deadline = time.monotonic() + self.config.start_timeout_s
+        zygote = Proc(mine, self._members)
+        report: dict | None = None
+        while report is None or zygote.pid is None:
+            msg, pid = recv(mine, deadline)
+            if msg is not None and "isolation" in msg and report is None:
+                report = msg["isolation"] if isinstance(msg["isolation"], dict) else {}
+            elif msg is not None and "hello" in msg and zygote.adopt(msg, pid):
+                continue
+            elif msg is None:
+                mine.close()
+                self.close()
+                raise SandboxError(
+                    f"the math sandbox did not start (mode {self.mode}; set TRACE_GYM_SANDBOX_DEBUG=1 to see "
+                    "its stderr; SandboxConfig(isolation='none') skips every isolation layer)"
+                )
+        self._zygote = zygote
+        self._pin_infrastructure(zygote.pid)  # type: ignore[arg-type]
+        self._describe(report)
+
+    def _pin_infrastructure(self, zygote_pid: int) -> None:
+        """Step 4: the zygote's ancestors (init, bootstrap, bwrap) are kept by every sweep."""
+        self._infra = {}
+        pid = zygote_pid
+        for _ in range(16):
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                pid = int(Path(f"/proc/{pid}/stat").read_bytes().rsplit(b")", 1)[1].split()[1])
+                if pid <= 1 or (self._boot is not None and pid == self._boot.pid):
+                    break
+                fd = pidfd_of(pid, self._members)
+                if fd is not None:
+                    self._infra[pid] = fd
+                continue
+            break
+
+    def _describe(self, report: dict) -> None:
+        """Step 5: the `isolation` report (what `info` shows)."""
+        mode = self.mode
+        bwrap = mode == "bwrap"
+        self.isolation = {
+            "mode": mode,
+            "netns": bool(report.get("netns")) or bwrap,
+            "pidns": bool(report.get("pidns")) or bwrap,
+            "mountns": bool(report.get("mountns")) or bwrap,
+            "readonly_root": bwrap,
+            "seccomp": bwrap and self.config.seccomp and seccomp.program() is not None,
+            "uid_dropped": bwrap and self._uid is not None or bool(report.get("uid_dropped")),
+            "uid": self._uid,
+            "cgroup": bool(self._cgroups),
+        }
+        if mode == "namespaces" and self._uid is not None and not report.get("uid_dropped"):
+            log.warning("math sandbox: the Python installation is not readable by an unprivileged uid "
+                        "and there is no mount namespace; cells run as root (namespaces and limits still apply)")
+            self._uid = None
+            self.isolation["uid"] = None
 
     def close(self) -> None:
         """Kill every process of the sandbox and remove its files (idempotent)."""
         with self._lock:
             for proc in [self._live, self._zygote, *self._snaps.values(), *self._spares.values()]:
                 if proc is not None:
-                    proc.kill(group=proc is self._live)
+                    proc.kill()
             self._live = self._zygote = None
             self._snaps.clear()
             self._spares.clear()
             self._pending_spare = None
-            if self._init_pid is not None:
-                with contextlib.suppress(OSError):
-                    os.kill(self._init_pid, signal.SIGKILL)  # ends the whole PID namespace
-            self._sweep(keep=set())
-            if self._boot is not None:
-                with contextlib.suppress(OSError):
-                    self._boot.stdin.close()  # type: ignore[union-attr]
-                try:
-                    self._boot.wait(timeout=5)
-                except subprocess.TimeoutExpired:
-                    self._boot.kill()
-                    self._boot.wait(timeout=5)
-                self._boot = None
-            self._init_pid = None
-            if self._cgroup is not None:
-                self._remove_cgroup()
+            self._cgroup_kill()
+            kill_members(self._members, keep={self._boot.pid} if self._boot is not None else set())
+            for fd in self._infra.values():
+                os.close(fd)
+            self._infra = {}
+            self._stop_boot()
+            self._remove_cgroups()
             if self._tmpdir is not None:
-                import shutil
-
-                shutil.rmtree(self._tmpdir, ignore_errors=True)
+                shutil.rmtree(self._tmpdir, ignore_errors=True)  # rmtree never follows symlinks
                 self._tmpdir = None
+
+    def _stop_boot(self) -> None:
+        if self._boot is None:
+            return
+        with contextlib.suppress(OSError):
+            self._boot.stdin.close()  # type: ignore[union-attr]
+        try:
+            self._boot.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self._boot.kill()  # a Popen the host spawned: its own pidfd-safe handle
+            self._boot.wait(timeout=5)
+        self._boot = None
+        self._members = Members([], None)
 
     def __del__(self) -> None:
         with contextlib.suppress(Exception):
@@ -442,13 +366,13 @@ class Sandbox:
                 self.close()
                 self.start()
                 self._install(self._zygote, "zygote", self.config.seed)  # type: ignore[arg-type]
+            self._live_threads = 0
 
     def discard_live(self) -> None:
         """Drop the live interpreter; the next `run` starts a pristine one."""
         with self._lock:
             if self._live is not None:
-                self._live.kill(group=True)
-                self._live = None
+                self._kill_live()
 
     def run(self, code: str) -> CellResult:
         """Run one cell in the live interpreter (starting a pristine one if needed)."""
@@ -459,22 +383,21 @@ class Sandbox:
             cfg = self.config
             t0 = time.monotonic()
             self._seq += 1
-            request = {"op": "exec", "code": code, "max_chars": cfg.max_output_chars, "cpu_s": cfg.cell_cpu_s, "seq": self._seq}
+            request = {"op": "exec", "code": code, "max_chars": cfg.max_output_chars, "cpu_s": cfg.cell_cpu_s,
+                       "seq": self._seq}
             try:
-                _send(live.chan, request)  # type: ignore[union-attr]
-                reply = _recv(live.chan, t0 + cfg.cell_timeout_s, self._seq)  # type: ignore[union-attr]
+                send(live.chan, request)  # type: ignore[union-attr]
+                reply, _pid = recv(live.chan, t0 + cfg.cell_timeout_s, self._seq)  # type: ignore[union-attr]
             except OSError:
                 reply = None
             elapsed = time.monotonic() - t0
             self._flush_spare()
             if reply is not None and "output" in reply:
-                return CellResult(
-                    "error" if reply.get("error") else "ok",
-                    str(reply.get("output", "")),
-                    int(reply.get("total_chars", 0)),
-                    None if reply.get("error") is None else str(reply["error"]),
-                    elapsed,
-                )
+                self._live_threads = _int(reply.get("threads"))
+                return CellResult("error" if reply.get("error") else "ok", str(reply.get("output", "")),
+                                  _int(reply.get("total_chars")),
+                                  None if reply.get("error") is None else str(reply["error"]), elapsed,
+                                  self._live_threads)
             timed_out = elapsed >= cfg.cell_timeout_s and live.alive()  # type: ignore[union-attr]
             self._kill_live()
             return CellResult("timeout" if timed_out else "crashed", "", 0, None, elapsed)
@@ -495,15 +418,16 @@ class Sandbox:
             return False
 
     def _kill_live(self) -> None:
+        """Kill the live interpreter and everything it started (all non-known members)."""
         if self._live is not None:
-            self._live.kill(group=True)
+            self._live.kill()
             self._live = None
         deadline = time.monotonic() + 0.5
-        for spare in self._spares.values():  # learn the pids of spares, or the sweep kills them
+        for spare in self._spares.values():  # know the spares, or the sweep kills them
             spare.ready(deadline)
-        self._sweep(keep=self._known_pids())
+        kill_members(self._members, keep=self._known_pids())
 
-    def _install(self, parent: _Proc, key: int | str, seed: int | None) -> None:
+    def _install(self, parent: Proc, key: int | str, seed: int | None) -> None:
         """Make a fork of `parent` the live interpreter: its ready spare, else a new fork."""
         spare = self._spares.pop(key, None)
         if spare is not None and spare.ready(time.monotonic() + self.config.fork_timeout_s):
@@ -513,7 +437,9 @@ class Sandbox:
                 spare.kill()
             new = self._fork_from(parent, seed)
         if self._live is not None:
-            self._live.kill(group=True)
+            # only the old interpreter itself: a full sweep here would wait for every pending
+            # spare; processes its cells left behind are swept at the next reset, timeout or close
+            self._live.kill()
         self._live = new
         if self.config.spares:
             # the next spare is forked after the first cell has answered, so that fork does
@@ -528,70 +454,83 @@ class Sandbox:
             if parent.alive():
                 self._request_spare(parent, key, seed)
 
-    def _request_spare(self, parent: _Proc, key: int | str, seed: int | None) -> None:
-        """Ask `parent` to fork the next spare; its pid is read when it is needed."""
-        mine, theirs = _socketpair()
+    def _request_spare(self, parent: Proc, key: int | str, seed: int | None) -> None:
+        """Ask `parent` to fork the next spare; it is adopted when it is needed."""
+        mine, theirs = socketpair()
         try:
-            _send(parent.chan, {"op": "spawn", "seed": seed}, theirs.fileno())
-            self._spares[key] = _Proc(mine, None)
+            send(parent.chan, {"op": "spawn", "seed": seed}, [theirs.fileno()])
+            self._spares[key] = Proc(mine, self._members)
         except OSError:
             mine.close()
         finally:
             theirs.close()
 
-    def _fork_from(self, parent: _Proc, seed: int | None) -> _Proc:
+    def _fork_from(self, parent: Proc, seed: int | None) -> Proc:
         if not parent.alive():  # fail now, not after waiting for a killed parent's channel to close
             raise SandboxError("the sandbox process to fork from is gone")
-        mine, theirs = _socketpair()
+        mine, theirs = socketpair()
         try:
-            _send(parent.chan, {"op": "spawn", "seed": seed}, theirs.fileno())
+            send(parent.chan, {"op": "spawn", "seed": seed}, [theirs.fileno()])
         finally:
             theirs.close()
-        msg = _recv(mine, time.monotonic() + self.config.fork_timeout_s)
-        if msg is None or "pid" not in msg:
-            mine.close()
+        proc = Proc(mine, self._members)
+        if not proc.ready(time.monotonic() + self.config.fork_timeout_s):
+            proc.kill()
             raise SandboxError("a sandbox snapshot did not fork a new interpreter in time")
-        return _Proc(mine, int(msg["pid"]))
+        return proc
 
     # ------------------------------------------------------------------ snapshots
     def snapshot(self) -> SnapshotHandle | None:
-        """Fork the live interpreter into a parked snapshot; None if that failed."""
+        """Fork the live interpreter into a parked snapshot; None if that failed.
+
+        None too when the last cell left threads running (a fork keeps only the calling
+        thread, so the restored state would differ): such checkpoints replay the ledger.
+        """
         with self._lock:
-            if self._live is None:
+            if self._live is None or self._live_threads:
                 return None
-            mine, theirs = _socketpair()
-            spare_mine, spare_theirs = _socketpair()
-            fds = [theirs.fileno(), spare_theirs.fileno()] if self.config.spares else [theirs.fileno()]
-            deadline = time.monotonic() + self.config.fork_timeout_s
-            self._seq += 1
-            try:
-                socket.send_fds(self._live.chan, [json.dumps({"op": "fork", "seq": self._seq}).encode()], fds)
-            except OSError:
-                mine.close()
-                spare_mine.close()
-                return None
-            finally:
-                theirs.close()
-                spare_theirs.close()
-            ack = _recv(self._live.chan, deadline, self._seq)
-            msg = _recv(mine, deadline) if ack is not None else None
-            if msg is None or "pid" not in msg:
-                mine.close()
-                spare_mine.close()
-                log.warning("math sandbox: snapshot fork failed; restore will replay the ledger")
-                if ack is None:
-                    self._kill_live()
+            snap, spare = self._fork_snapshot()
+            if snap is None:
                 return None
             sid = self._next_sid
             self._next_sid += 1
-            self._snaps[sid] = _Proc(mine, int(msg["pid"]))
-            if self.config.spares:
-                self._spares[sid] = _Proc(spare_mine, None)
-            else:
-                spare_mine.close()
+            self._snaps[sid] = snap
+            if spare is not None:
+                self._spares[sid] = spare
             while len(self._snaps) > self.config.max_snapshots:
                 self._drop(next(iter(self._snaps)))
             return SnapshotHandle(self.token, sid)
+
+    def _fork_snapshot(self) -> tuple[Proc | None, Proc | None]:
+        mine, theirs = socketpair()
+        spare_mine, spare_theirs = socketpair()
+        fds = [theirs.fileno(), spare_theirs.fileno()] if self.config.spares else [theirs.fileno()]
+        deadline = time.monotonic() + self.config.fork_timeout_s
+        self._seq += 1
+        try:
+            send(self._live.chan, {"op": "fork", "seq": self._seq}, fds)  # type: ignore[union-attr]
+        except OSError:
+            mine.close()
+            spare_mine.close()
+            return None, None
+        finally:
+            theirs.close()
+            spare_theirs.close()
+        ack, _pid = recv(self._live.chan, deadline, self._seq)  # type: ignore[union-attr]
+        snap = Proc(mine, self._members)
+        msg, pid = recv(mine, deadline) if ack is not None else (None, None)
+        if not snap.adopt(msg, pid) or not msg.get("files", True):  # type: ignore[union-attr]
+            snap.kill()
+            spare_mine.close()
+            log.warning("math sandbox: snapshot fork failed or its work dir is over %d MiB; restore will replay "
+                        "the ledger", self.config.snapshot_files_mb)
+            if ack is None:
+                self._kill_live()
+            return None, None
+        if not self.config.spares:
+            spare_mine.close()
+            return snap, None
+        return snap, Proc(spare_mine, self._members)
 
     def _drop(self, sid: int) -> None:
         if self._pending_spare is not None and self._pending_spare[1] == sid:
@@ -615,6 +554,7 @@ class Sandbox:
                 self.release(handle)
                 return False
             self._snaps.move_to_end(handle.sid)
+            self._live_threads = 0
             return True
 
     def release(self, handle: Any) -> None:
@@ -628,87 +568,64 @@ class Sandbox:
         return len(self._snaps)
 
     def pids(self) -> list[int]:
-        """Outer pids of every live process of this sandbox (for tests and diagnostics)."""
-        if self._cgroup is not None:
-            with contextlib.suppress(OSError):
-                return [int(p) for p in Path(self._cgroup, "cgroup.procs").read_text().split()]
-        known = self._known_pids() | {p for p in (self._init_pid,) if p}
-        if self._uid is not None:
-            known |= self._uid_pids()
-        return sorted(p for p in known if Path(f"/proc/{p}").exists())
+        """Host pids of every live process of this sandbox (for tests and diagnostics)."""
+        return sorted(self._members.all())
 
     # ------------------------------------------------------------------ cleanup
     def _known_pids(self) -> set[int]:
         procs = [self._live, self._zygote, *self._snaps.values(), *self._spares.values()]
         known = {p.pid for p in procs if p is not None and p.pid is not None}
-        if self._init_pid:
-            known.add(self._init_pid)
+        known |= set(self._infra)
         if self._boot is not None:
             known.add(self._boot.pid)
         return known
 
-    def _uid_pids(self) -> set[int]:
-        """Processes running as the sandbox uid (zombies excluded: they are already dead)."""
-        out = set()
-        for entry in os.scandir("/proc"):
-            if entry.name.isdigit():
-                with contextlib.suppress(OSError, IndexError):
-                    if os.stat(entry.path).st_uid == self._uid and not _is_zombie(entry.path):
-                        out.add(int(entry.name))
-        return out
-
-    def _sweep(self, keep: set[int]) -> None:
-        """Kill every sandbox process not in `keep` (escaped children of killed cells)."""
-        if self._uid is None and self._cgroup is None:
-            return
-        for _ in range(20):
-            stray = set()
-            if self._uid is not None:
-                stray |= self._uid_pids()
-            if self._cgroup is not None:
+    def _make_cgroups(self) -> list[str]:
+        """A v2 cgroup (membership, cgroup.kill) and a v1 pids cgroup (pids.max), where writable."""
+        name = f"trace_gym_math_{self.token}"
+        made = []
+        for base in (*_CGROUP_V2, _CGROUP_V1):
+            if not os.path.exists(os.path.join(base, "cgroup.procs")) or any(m.startswith(base + "/") for m in made):
+                continue
+            if base != _CGROUP_V1 and not os.path.exists(os.path.join(base, "cgroup.controllers")):
+                continue
+            for stale in Path(base).glob("trace_gym_math_*"):  # left by a killed env process
                 with contextlib.suppress(OSError):
-                    stray |= {int(p) for p in Path(self._cgroup, "cgroup.procs").read_text().split()}
-            stray -= keep
-            if self._boot is not None:
-                stray.discard(self._boot.pid)
-            if not stray:
-                return
-            for pid in stray:
-                with contextlib.suppress(OSError):
-                    os.kill(pid, signal.SIGKILL)
-            time.sleep(0.01)
-
-    def _free_uid(self) -> int:
-        used = _uids_in_use()
-        while True:
-            uid = _UID_RANGE[0] + secrets.randbelow(_UID_RANGE[1] - _UID_RANGE[0])
-            if uid not in used:
-                return uid
-
-    def _make_cgroup(self, limit: int) -> str | None:
-        for base in ("/sys/fs/cgroup/pids",):
-            with contextlib.suppress(OSError):
-                for stale in Path(base).glob("trace_gym_math_*"):  # left by a killed env process
-                    with contextlib.suppress(OSError):
-                        stale.rmdir()  # only succeeds when the cgroup holds no process
-            path = os.path.join(base, f"trace_gym_math_{self._uid}_{self.token}")
+                    stale.rmdir()  # only succeeds when the cgroup holds no process
+            path = os.path.join(base, name)
             try:
                 os.mkdir(path)
-                Path(path, "pids.max").write_text(str(limit))
-                return path
+                if base == _CGROUP_V1:
+                    Path(path, "pids.max").write_text(str(self.process_limit))
+                made.append(path)
             except OSError:
                 with contextlib.suppress(OSError):
                     os.rmdir(path)
-        return None
+        return made
 
-    def _remove_cgroup(self) -> None:
-        for _ in range(100):
-            try:
-                os.rmdir(self._cgroup)  # type: ignore[arg-type]
-                break
-            except FileNotFoundError:
-                break
-            except OSError:
-                self._sweep(keep=set())
-                time.sleep(0.02)
+    def _cgroup_kill(self) -> None:
+        for cg in self._cgroups:
+            with contextlib.suppress(OSError):
+                Path(cg, "cgroup.kill").write_text("1")
+
+    def _remove_cgroups(self) -> None:
+        for cg in self._cgroups:
+            for _ in range(100):
+                try:
+                    os.rmdir(cg)
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError:
+                    self._cgroup_kill()
+                    kill_members(Members([cg], None), keep=set(), rounds=1)
+                    time.sleep(0.02)
+        self._cgroups = []
         self._cgroup = None
+
+
+def _int(value: Any) -> int:
+    try:
+        return max(0, int(value))
+    except (TypeError, ValueError):
+        return 0

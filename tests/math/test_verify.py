@@ -75,3 +75,20 @@ def test_normalize():
     assert normalize("$\\boxed{\\dfrac{1}{2}}$") == "\\frac{1}{2}"
     assert normalize("5\\text{ cm}") == "5"
     assert normalize("90^\\circ") == "90"
+
+
+# our own judge (the fallback), issue 17's rules: exact integers without leading-zero bugs,
+# a relative tolerance for decimals at every magnitude, no decimal for an exact irrational
+JUDGE_RULES = [
+    ("33", "033", True), ("000", "033", False), ("7", "007", True),
+    ("7.4\\times10^{-12}", "3.61\\times10^{-10}", False), ("3.61\\times10^{-10}", "3.610000\\times10^{-10}", True),
+    ("3.6100001\\times10^{-10}", "3.61\\times10^{-10}", True), ("1.0001\\times10^{6}", "1000000", False),
+    ("3.14159", "\\pi", False), ("1.41421356", "\\sqrt{2}", False), ("355/113", "\\pi", False),
+    ("1,000,000", "1000000", True), ("1000001", "1000000", False), ("142.0", "142", True),
+    ("\\frac{1}{\\sqrt{2}}", "\\frac{\\sqrt2}{2}", True), ("\\log_{2}8", "3", True), ("2^{10}", "1024", True),
+]
+
+
+@pytest.mark.parametrize("pred,ref,want", JUDGE_RULES)
+def test_our_judge_rules(pred, ref, want):
+    assert canonical_equal(pred, ref) is want

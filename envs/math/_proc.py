@@ -1,0 +1,242 @@
+"""Process primitives of the math sandbox: channels, kernel-vouched pids, pidfds, membership.
+
+The host never believes a pid that a sandbox process writes into a message. Every host
+end of a channel sets ``SO_PASSCRED``, so the kernel attaches the sender's real pid
+(translated into the host's PID namespace) to each message; that pid is turned into a
+pidfd at once and accepted only if `Members` confirms the process belongs to this sandbox
+(its own cgroup, or descent from the process the host itself spawned). Signals go through
+that pidfd only, so a pid that is reused later, or one a cell made up, is never hit.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import select
+import signal
+import socket
+import struct
+import time
+from pathlib import Path
+
+_SO_SNDBUFFORCE, _SO_RCVBUFFORCE = 32, 33
+BUF = 8 << 20
+_UCRED = struct.Struct("iII")
+_SIGKILL_BIT = 1 << (signal.SIGKILL - 1)
+
+
+def socketpair() -> tuple[socket.socket, socket.socket]:
+    """A SOCK_SEQPACKET pair; the first (host) end receives the sender's credentials."""
+    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    a.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
+    for s in (a, b):
+        for force, plain in ((_SO_SNDBUFFORCE, socket.SO_SNDBUF), (_SO_RCVBUFFORCE, socket.SO_RCVBUF)):
+            try:
+                s.setsockopt(socket.SOL_SOCKET, force, BUF)
+            except OSError:
+                with contextlib.suppress(OSError):
+                    s.setsockopt(socket.SOL_SOCKET, plain, BUF)
+    return a, b
+
+
+def send(chan: socket.socket, msg: dict, fds: list[int] | None = None) -> None:
+    data = json.dumps(msg, ensure_ascii=False).encode("utf-8", "surrogatepass")
+    if fds:
+        socket.send_fds(chan, [data], fds)
+    else:
+        chan.sendall(data)
+
+
+def recv(chan: socket.socket, deadline: float, seq: int | None = None) -> tuple[dict | None, int | None]:
+    """The next message (with sequence number `seq` if given) and the kernel's sender pid.
+
+    (None, None) on timeout or end of file. Garbage and stale or forged sequence numbers
+    are skipped: a cell can write into any descriptor it finds.
+    """
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return None, None
+        try:
+            if not select.select([chan], [], [], left)[0]:
+                return None, None
+            data, anc, _flags, _addr = chan.recvmsg(BUF, socket.CMSG_SPACE(_UCRED.size) + socket.CMSG_SPACE(64))
+        except (OSError, ValueError):
+            return None, None
+        if not data:
+            return None, None
+        pid = None
+        for level, kind, payload in anc:
+            if level == socket.SOL_SOCKET and kind == socket.SCM_CREDENTIALS and len(payload) >= _UCRED.size:
+                pid = _UCRED.unpack_from(payload)[0] or None
+            elif level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                for i in range(0, len(payload) - len(payload) % 4, 4):  # never keep fds a cell sent us
+                    with contextlib.suppress(OSError):
+                        os.close(int.from_bytes(payload[i : i + 4], "little"))
+        try:
+            msg = json.loads(data.decode("utf-8", "replace"))
+        except ValueError:
+            continue
+        if not isinstance(msg, dict) or (seq is not None and msg.get("seq") != seq):
+            continue
+        return msg, pid
+
+
+class Members:
+    """Which host processes belong to one sandbox, decided from kernel data only.
+
+    With a cgroup: the pids in its ``cgroup.procs`` (a process cannot leave a cgroup it
+    has no write access to). Without: descendants of `root_pid`, the process the host
+    spawned (its children re-parent to the sandbox's own subreaper, never outside it).
+    """
+
+    def __init__(self, cgroups: list[str], root_pid: int | None):
+        self.cgroups, self.root_pid = cgroups, root_pid
+
+    def all(self) -> set[int]:
+        for cg in self.cgroups:
+            with contextlib.suppress(OSError, ValueError):
+                return {int(p) for p in Path(cg, "cgroup.procs").read_text().split()}
+        return self._descendants()
+
+    def contains(self, pid: int) -> bool:
+        if self.cgroups:
+            return pid in self.all()
+        return pid != self.root_pid and self._descends(pid)
+
+    def _descends(self, pid: int) -> bool:
+        for _ in range(256):
+            ppid = _ppid(pid)
+            if ppid is None or ppid <= 1:
+                return False
+            if ppid == self.root_pid:
+                return True
+            pid = ppid
+        return False
+
+    def _descendants(self) -> set[int]:
+        if self.root_pid is None:
+            return set()
+        parents: dict[int, int] = {}
+        for entry in os.scandir("/proc"):
+            if entry.name.isdigit():
+                ppid = _ppid(int(entry.name))
+                if ppid is not None:
+                    parents[int(entry.name)] = ppid
+        out, frontier = set(), {self.root_pid}
+        while frontier:
+            frontier = {p for p, pp in parents.items() if pp in frontier and p not in out}
+            out |= frontier
+        return out
+
+
+def _ppid(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return int(f.read().rsplit(b")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def pidfd_of(pid: int, members: Members) -> int | None:
+    """A pidfd for `pid` if it is a live member of the sandbox, else None.
+
+    The pidfd is opened first and the process checked while the pidfd pins it: if it
+    is still alive after the check, the pid was not reused in between.
+    """
+    try:
+        fd = os.pidfd_open(pid)
+    except (OSError, AttributeError):
+        return None
+    if members.contains(pid) and not select.select([fd], [], [], 0)[0]:
+        return fd
+    os.close(fd)
+    return None
+
+
+def kill_members(members: Members, keep: set[int], rounds: int = 20) -> None:
+    """SIGKILL every member of the sandbox not in `keep`, each through its own pidfd."""
+    for _ in range(rounds):
+        stray = {p for p in members.all() if p not in keep and not dying(p)}
+        if not stray:
+            return
+        for pid in stray:
+            fd = pidfd_of(pid, members)
+            if fd is not None:
+                with contextlib.suppress(OSError):
+                    signal.pidfd_send_signal(fd, signal.SIGKILL)
+                os.close(fd)
+        time.sleep(0.01)
+
+
+def dying(pid: int) -> bool:
+    """Whether `pid` is killed but not gone yet (a SIGKILL queued, or a zombie).
+
+    A cell's ``os.kill(-1, SIGKILL)`` queues SIGKILL on every other sandbox process before
+    the cell answers, but each one only disappears once the scheduler lets it tear down
+    its memory (up to hundreds of milliseconds on a loaded machine), while its pidfd is
+    not yet readable. The queued SIGKILL stays in ``ShdPnd``/``SigPnd`` until the process
+    is reaped, so this answer does not depend on timing.
+    """
+    try:
+        fd = os.open(f"/proc/{pid}/status", os.O_RDONLY)  # raw read: this is on the restore path
+        try:
+            text = os.read(fd, 1 << 16)
+        finally:
+            os.close(fd)
+        fields = dict(line.split(b":", 1) for line in text.splitlines() if line.startswith((b"State", b"SigPnd", b"ShdPnd")))
+        pending = int(fields.get(b"SigPnd", b"0"), 16) | int(fields.get(b"ShdPnd", b"0"), 16)
+        return fields.get(b"State", b"R").strip()[:1] in (b"Z", b"X") or bool(pending & _SIGKILL_BIT)
+    except (FileNotFoundError, ProcessLookupError):
+        return True
+    except (OSError, ValueError):
+        return False
+
+
+class Proc:
+    """One sandbox process the env talks to: its channel and a pidfd the host checked.
+
+    `pid` is the kernel's word for the sender of the process's first message (never the
+    message's content). A spare is created before that message arrives; `ready` waits.
+    """
+
+    def __init__(self, chan: socket.socket, members: Members):
+        self.chan, self.members = chan, members
+        self.pid: int | None = None
+        self.pidfd: int | None = None
+        self.killed = False
+
+    def adopt(self, msg: dict | None, pid: int | None) -> bool:
+        """Take the process's hello message; False (and dead) unless its sender is a member."""
+        if msg is None or "hello" not in msg or pid is None:
+            return False
+        self.pidfd = pidfd_of(pid, self.members)
+        if self.pidfd is None:
+            return False
+        self.pid = pid
+        return True
+
+    def ready(self, deadline: float) -> bool:
+        """Know the process (waiting for its hello until `deadline` if needed) and be alive."""
+        if self.pidfd is None and not self.killed:
+            if not self.adopt(*recv(self.chan, deadline)):
+                self.killed = True
+        return self.alive()
+
+    def alive(self) -> bool:
+        """Running and not already killed (a process with a SIGKILL queued counts as dead)."""
+        if self.pidfd is None or self.killed or self.pid is None:
+            return False
+        if select.select([self.pidfd], [], [], 0)[0]:
+            return False
+        return not dying(self.pid)
+
+    def kill(self) -> None:
+        self.killed = True
+        if self.pidfd is not None:
+            with contextlib.suppress(OSError):
+                signal.pidfd_send_signal(self.pidfd, signal.SIGKILL)
+            os.close(self.pidfd)
+            self.pidfd = None
+        self.chan.close()
