@@ -18,6 +18,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "bench": ("trace_gym.cli:bench_main", "run a benchmark (see `trace-gym bench --help`)"),
     "corpus": ("trace_gym.corpora.cli:main", "build retrieval indexes (`trace-gym corpus build ...`)"),
     "serve-retriever": ("trace_gym.envs.hotpotqa.server:main", "serve an index over HTTP (Search-R1 /retrieve)"),
+    "data": ("trace_gym.envs.hotpotqa.datacli:main", "convert or fetch HotpotQA data (`trace-gym data convert ...`)"),
     "rollout": ("trace_gym.agents.rollout:main", "collect rollout trees with a policy and an allocator"),
     "eval": ("trace_gym.agents.evaluate:main", "evaluate a policy on an env's evaluation split"),
     "train": ("trace_gym.trainers.cli:main", "train a policy from a config file"),
