@@ -15,7 +15,11 @@ from trace_gym.envs.hotpotqa.protocol import (
     parse_action,
 )
 from trace_gym.envs.hotpotqa.retrievers import Hit
-from trace_gym.envs.hotpotqa.scripted import oracle_next_action, parse_documents, question_from_prompt
+from trace_gym.envs.hotpotqa.scripted import (
+    oracle_next_action,
+    parse_documents,
+    question_from_prompt,
+)
 
 
 def test_search_and_answer_are_parsed_and_think_is_ignored():
