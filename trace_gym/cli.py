@@ -31,6 +31,7 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "alloc": ("trace_gym.bench.alloc:main", "every allocation policy on the simulator or a real env"),
     "math-env": ("trace_gym.envs.math.bench:main", "sandboxed interpreter: cells/s, fork vs replay restore"),
     "retrieval": ("trace_gym.envs.hotpotqa.bench:main", "BM25 and dense retrieval speed and recall"),
+    "retriever-server": ("trace_gym.envs.hotpotqa.bench_server:main", "serve-retriever under 64 clients vs the old server"),
     "bfcl": ("trace_gym.envs.bfcl.bench:main", "BFCL env checkpoint/restore latency and steps/s"),
 }
 

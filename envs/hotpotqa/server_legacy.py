@@ -1,4 +1,8 @@
-"""`trace-gym serve-retriever`: an index over HTTP with Search-R1's `/retrieve` shape.
+"""The old hand-written threading retrieval server, kept only for `bench retriever-server`.
+
+`trace-gym serve-retriever` now runs `trace_gym.envs.hotpotqa.server` (FastAPI on
+uvicorn). This module stays so the benchmark can measure the two side by side; do not
+use it to serve: it has no socket timeouts and no limit on nesting depth.
 
 Request (``POST /retrieve``, JSON)::
 
@@ -17,7 +21,6 @@ Malformed requests get a 4xx JSON error (``{"error": "..."}``), never a crash.
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import threading
@@ -27,7 +30,7 @@ from typing import Any
 
 from trace_gym.envs.hotpotqa.retrievers import Retriever
 
-__all__ = ["RetrievalServer", "make_server", "main"]
+__all__ = ["RetrievalServer", "make_server"]
 
 log = logging.getLogger(__name__)
 MAX_BODY_BYTES = 8 * 1024 * 1024
@@ -147,29 +150,3 @@ class RetrievalServer(ThreadingHTTPServer):
 def make_server(retriever: Retriever, host: str = "127.0.0.1", port: int = 0) -> RetrievalServer:
     """A server for `retriever` (port 0 picks a free port; see `.url`)."""
     return RetrievalServer(retriever, host, port)
-
-
-def main(argv: list[str]) -> int:
-    """Serve a retrieval index over HTTP (Search-R1's /retrieve)."""
-    ap = argparse.ArgumentParser(prog="trace-gym serve-retriever", description=main.__doc__)
-    ap.add_argument("--index", default="bm25",
-                    help="an index directory from `trace-gym corpus build`, or a kind (bm25, dense-flat, "
-                         "dense-hnsw, pyserini) to index the bundled corpus (default: bm25)")
-    ap.add_argument("--host", default="127.0.0.1")
-    ap.add_argument("--port", type=int, default=8000)
-    args = ap.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
-    from trace_gym.envs.hotpotqa.data import load_bundled
-    from trace_gym.envs.hotpotqa.retrievers import KINDS, open_retriever
-
-    passages = load_bundled()[1] if args.index in KINDS else None
-    retriever = open_retriever(args.index, passages)
-    server = make_server(retriever, args.host, args.port)
-    print(f"serving {retriever.describe()} at {server.url}/retrieve (Ctrl-C to stop)", flush=True)
-    try:
-        server.serve_forever()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        server.server_close()
-    return 0
