@@ -169,6 +169,10 @@ def _parser() -> argparse.ArgumentParser:
                     help="reuse real-paragraph embeddings from this directory (default: the index cache)")
     ap.add_argument("--policy-tasks", type=int, default=None, help="play the policies on the first N questions only")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--scale", default=None, metavar="SIZES",
+                    help="instead: the corpus-size sweep on synthetic data, e.g. 10k,100k,1M (see bench_scale)")
+    ap.add_argument("--scale-dense-max", type=int, default=100_000,
+                    help="largest HNSW build in the sweep (default 100k; 1M takes tens of minutes here)")
     return ap
 
 
@@ -218,6 +222,8 @@ def main(argv: list[str]) -> int:
     """BM25 and dense retrieval speed and recall (see the module docstring)."""
     args = _parser().parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
+    if args.scale is not None:
+        return _scale_main(args)
     report: dict[str, Any] = {"threads": args.threads}
     real_path = args.real or default_real_path()
     tasks: list[QATask] = load_hotpotqa(real_path) if real_path.exists() else []
@@ -235,12 +241,29 @@ def main(argv: list[str]) -> int:
     _sparse(report, args, tasks, real, real_path)
     if not args.skip_dense and tasks:
         _dense_figures(report, args, tasks, real)
-    _print(report)
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(report, indent=2))
-        print(f"wrote {args.json}", file=sys.stderr)
+    _emit(report, args.json)
     return 0
+
+
+def _scale_main(args: argparse.Namespace) -> int:
+    from trace_gym.envs.hotpotqa.bench_scale import parse_sizes, scale_sweep
+
+    try:
+        sizes = parse_sizes(args.scale)
+    except ValueError as e:
+        print(f"trace-gym bench retrieval: {e}", file=sys.stderr)
+        return 2
+    _emit(scale_sweep(sizes, queries=args.queries, dense_max=args.scale_dense_max, seed=args.seed,
+                      skip_dense=args.skip_dense), args.json)
+    return 0
+
+
+def _emit(report: dict[str, Any], path: Path | None) -> None:
+    _print(report)
+    if path:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(report, indent=2))
+        print(f"wrote {path}", file=sys.stderr)
 
 
 def _policies(tasks: list[QATask], real_path: Path, limit: int | None) -> dict[str, Any]:
