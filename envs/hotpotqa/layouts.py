@@ -22,14 +22,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["LAYOUTS", "RecordError", "detect_layout", "record_to_task"]
-
-#: layout -> the keys that identify it (besides ``question``)
-LAYOUTS = {
-    "original": ("_id", "context or supporting_facts as lists"),
-    "hf": ("id", "context as {title, sentences}"),
-    "flashrag": ("golden_answers",),
-}
+__all__ = ["RecordError", "detect_layout", "record_to_task"]
 
 
 class RecordError(ValueError):
