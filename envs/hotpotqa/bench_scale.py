@@ -98,4 +98,5 @@ def scale_sweep(sizes: list[int], *, queries: int = 1000, dense_max: int = 100_0
             print(f"[scale] {n:,} vectors: HNSW...", file=sys.stderr)
             row.update(_dense_row(n, queries, seed, dim))
         rows[str(n)] = row
+        print(f"[scale] {n:,}: {row}", file=sys.stderr, flush=True)  # a long sweep shows each size as it ends
     return {"scale": rows, "scale_queries": queries, "scale_dense_dim": dim}
