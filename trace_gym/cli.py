@@ -18,6 +18,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "bench": ("trace_gym.cli:bench_main", "run a benchmark (see `trace-gym bench --help`)"),
     "corpus": ("trace_gym.corpora.cli:main", "build retrieval indexes (`trace-gym corpus build ...`)"),
     "serve-retriever": ("trace_gym.envs.hotpotqa.server:main", "serve an index over HTTP (Search-R1 /retrieve)"),
+    "data": ("trace_gym.envs.hotpotqa.datacli:main", "convert or fetch HotpotQA data (`trace-gym data convert ...`)"),
     "rollout": ("trace_gym.agents.rollout:main", "collect rollout trees with a policy and an allocator"),
     "eval": ("trace_gym.agents.evaluate:main", "evaluate a policy on an env's evaluation split"),
     "train": ("trace_gym.trainers.cli:main", "train a policy from a config file"),
@@ -33,6 +34,7 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "view": ("trace_gym.bench.view_bench:main", "tree viewer at 1,000 trees x 50 nodes: page write and render time"),
     "math-env": ("trace_gym.envs.math.bench:main", "sandboxed interpreter: cells/s, fork vs replay restore"),
     "retrieval": ("trace_gym.envs.hotpotqa.bench:main", "BM25 and dense retrieval speed and recall"),
+    "retriever-server": ("trace_gym.envs.hotpotqa.bench_server:main", "serve-retriever under 64 clients vs the old server"),
     "bfcl": ("trace_gym.envs.bfcl.bench:main", "BFCL env checkpoint/restore latency and steps/s"),
 }
 

@@ -155,8 +155,7 @@ def _cached_embeddings(enc: Any, passages: list[Passage], cache: Path | None) ->
     return emb, len(passages) / t
 
 
-def main(argv: list[str]) -> int:
-    """BM25 and dense retrieval speed and recall (see the module docstring)."""
+def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="trace-gym bench retrieval", description=main.__doc__)
     ap.add_argument("--json", type=Path, default=None, help="also write the results to this JSON file")
     ap.add_argument("--real", type=Path, default=None, help="HotpotQA sample (default: <repo>/../shared/data/...)")
@@ -170,10 +169,61 @@ def main(argv: list[str]) -> int:
                     help="reuse real-paragraph embeddings from this directory (default: the index cache)")
     ap.add_argument("--policy-tasks", type=int, default=None, help="play the policies on the first N questions only")
     ap.add_argument("--seed", type=int, default=0)
-    args = ap.parse_args(argv)
-    logging.basicConfig(level=logging.WARNING)
+    ap.add_argument("--scale", default=None, metavar="SIZES",
+                    help="instead: the corpus-size sweep on synthetic data, e.g. 10k,100k,1M (see bench_scale)")
+    ap.add_argument("--scale-dense-max", type=int, default=100_000,
+                    help="largest HNSW build in the sweep (default 100k; 1M takes tens of minutes here)")
+    return ap
+
+
+def _sparse(report: dict[str, Any], args: argparse.Namespace, tasks: list[QATask], real: list[Passage],
+            real_path: Path) -> None:
+    """BM25 speed on the padded corpus; recall, policies and pyserini agreement on the real sample."""
+    print(f"[bm25] corpus of {args.passages:,} passages ({len(real):,} real)...", file=sys.stderr)
+    corpus = _pad_corpus(real, args.passages, args.seed)
+    queries = _queries(tasks, args.queries, corpus)
+    report.update(bench_bm25(corpus, queries, args.threads))
+    del corpus
+    if not tasks:
+        return
+    bm25_real = BM25Retriever(real)
+    titles = {p.title for p in real}
+    gold = [g for t in tasks for g in t.supporting_titles]
+    report["real_gold_in_corpus"] = round(sum(g in titles for g in gold) / len(gold), 4)
+    report["bm25_real"] = recall_at_k(bm25_real.search([t.question for t in tasks], 10), tasks, (1, 3, 10), titles)
+    report.update(_policies(tasks, real_path, args.policy_tasks))
+    if not args.skip_pyserini:
+        report.update(_pyserini_agreement(real, tasks, bm25_real))
+
+
+def _dense_figures(report: dict[str, Any], args: argparse.Namespace, tasks: list[QATask], real: list[Passage]) -> None:
+    """Embedding throughput, dense recall on the real sample, Flat/HNSW speed on tiled vectors."""
+    from trace_gym.envs.hotpotqa.dense import DenseRetriever, Encoder
     from trace_gym.envs.hotpotqa.retrievers import default_cache_dir
 
+    print("[dense] embedding the real paragraphs...", file=sys.stderr)
+    enc = Encoder()
+    emb, pps = _cached_embeddings(enc, real, args.embedding_cache or default_cache_dir() / "embeddings")
+    if pps is None:  # cached: measure throughput on a slice
+        _, t = _timed(lambda: enc.encode_passages([p.contents for p in real[:128]]))
+        pps = 128 / t
+    report["embed_passages_per_s"] = round(pps, 1)
+    qemb, tq = _timed(lambda: enc.encode_queries([t.question for t in tasks]))
+    report["embed_queries_per_s"] = round(len(tasks) / tq, 1)
+    dense_real = DenseRetriever(real, embeddings=emb, index_type="flat")
+    report["dense_real"] = recall_at_k(dense_real.search_vectors(qemb, 10), tasks, (1, 3, 10),
+                                       {p.title for p in real})
+    reps = int(np.ceil(args.queries / len(qemb)))
+    report.update(bench_dense(emb, np.tile(qemb, (reps, 1))[: args.queries], args.passages, args.noise, args.seed))
+    report["dense_qps"] = report["dense_flat_qps"]
+
+
+def main(argv: list[str]) -> int:
+    """BM25 and dense retrieval speed and recall (see the module docstring)."""
+    args = _parser().parse_args(argv)
+    logging.basicConfig(level=logging.WARNING)
+    if args.scale is not None:
+        return _scale_main(args)
     report: dict[str, Any] = {"threads": args.threads}
     real_path = args.real or default_real_path()
     tasks: list[QATask] = load_hotpotqa(real_path) if real_path.exists() else []
@@ -182,54 +232,38 @@ def main(argv: list[str]) -> int:
     report["real_paragraphs"] = len(real)
     if not tasks:
         print(f"real HotpotQA sample not found at {real_path}: real-data figures are skipped", file=sys.stderr)
-
     try:
         import faiss
 
         faiss.omp_set_num_threads(args.threads)
     except ImportError:
         pass
-    print(f"[bm25] corpus of {args.passages:,} passages ({len(real):,} real)...", file=sys.stderr)
-    corpus = _pad_corpus(real, args.passages, args.seed)
-    queries = _queries(tasks, args.queries, corpus)
-    report.update(bench_bm25(corpus, queries, args.threads))
-    del corpus
-
-    if tasks:
-        bm25_real = BM25Retriever(real)
-        titles = {p.title for p in real}
-        gold = [g for t in tasks for g in t.supporting_titles]
-        report["real_gold_in_corpus"] = round(sum(g in titles for g in gold) / len(gold), 4)
-        report["bm25_real"] = recall_at_k(bm25_real.search([t.question for t in tasks], 10), tasks, (1, 3, 10), titles)
-        report.update(_policies(tasks, real_path, args.policy_tasks))
-        if not args.skip_pyserini:
-            report.update(_pyserini_agreement(real, tasks, bm25_real))
-
+    _sparse(report, args, tasks, real, real_path)
     if not args.skip_dense and tasks:
-        from trace_gym.envs.hotpotqa.dense import DenseRetriever, Encoder
-
-        print("[dense] embedding the real paragraphs...", file=sys.stderr)
-        enc = Encoder()
-        emb, pps = _cached_embeddings(enc, real, args.embedding_cache or default_cache_dir() / "embeddings")
-        if pps is None:  # cached: measure throughput on a slice
-            _, t = _timed(lambda: enc.encode_passages([p.contents for p in real[:128]]))
-            pps = 128 / t
-        report["embed_passages_per_s"] = round(pps, 1)
-        qemb, tq = _timed(lambda: enc.encode_queries([t.question for t in tasks]))
-        report["embed_queries_per_s"] = round(len(tasks) / tq, 1)
-        dense_real = DenseRetriever(real, embeddings=emb, index_type="flat")
-        report["dense_real"] = recall_at_k(dense_real.search_vectors(qemb, 10), tasks, (1, 3, 10),
-                                           {p.title for p in real})
-        reps = int(np.ceil(args.queries / len(qemb)))
-        report.update(bench_dense(emb, np.tile(qemb, (reps, 1))[: args.queries], args.passages, args.noise, args.seed))
-        report["dense_qps"] = report["dense_flat_qps"]
-
-    _print(report)
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(report, indent=2))
-        print(f"wrote {args.json}", file=sys.stderr)
+        _dense_figures(report, args, tasks, real)
+    _emit(report, args.json)
     return 0
+
+
+def _scale_main(args: argparse.Namespace) -> int:
+    from trace_gym.envs.hotpotqa.bench_scale import parse_sizes, scale_sweep
+
+    try:
+        sizes = parse_sizes(args.scale)
+    except ValueError as e:
+        print(f"trace-gym bench retrieval: {e}", file=sys.stderr)
+        return 2
+    _emit(scale_sweep(sizes, queries=args.queries, dense_max=args.scale_dense_max, seed=args.seed,
+                      skip_dense=args.skip_dense), args.json)
+    return 0
+
+
+def _emit(report: dict[str, Any], path: Path | None) -> None:
+    _print(report)
+    if path:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(report, indent=2))
+        print(f"wrote {path}", file=sys.stderr)
 
 
 def _policies(tasks: list[QATask], real_path: Path, limit: int | None) -> dict[str, Any]:

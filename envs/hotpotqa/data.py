@@ -1,7 +1,9 @@
 """HotpotQA questions and retrieval corpora: loaders for real files and the bundled set.
 
-- `load_hotpotqa(path)`: the original HotpotQA train/dev JSON (a list of records; the
-  distractor and fullwiki files share this format) or JSON Lines, optionally gzipped.
+- `load_hotpotqa(path)`: HotpotQA questions in any layout of
+  `trace_gym.envs.hotpotqa.layouts` (the original release, its
+  ``[title, [sent_ids], [sentences], doc]`` supporting-facts variant, Hugging Face
+  ``hotpot_qa``, FlashRAG / Search-R1), from a JSON list, JSON Lines (.gz ok) or parquet.
 - `load_wiki18(path)`: a wiki-18-style JSONL corpus (``{"id", "contents"}`` with
   ``contents = '"Title"\\ntext'``, as used by Search-R1 and FlashRAG), optionally gzipped.
 - `context_passages(tasks)`: the distinct context paragraphs of HotpotQA records, a
@@ -16,12 +18,14 @@ import gzip
 import hashlib
 import io
 import json
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from trace_gym.errors import ConfigError
+from trace_gym.envs.hotpotqa.layouts import RecordError, record_to_task
+
+from trace_gym.errors import ConfigError, DependencyNotInstalled
 
 __all__ = [
     "Passage",
@@ -68,6 +72,13 @@ class QATask:
     context: tuple[tuple[str, tuple[str, ...]], ...] = ()
     #: the generator template for bundled questions ("" for real HotpotQA)
     template: str = ""
+    #: further accepted answers (FlashRAG's `golden_answers` after the first)
+    aliases: tuple[str, ...] = ()
+
+    @property
+    def answers(self) -> tuple[str, ...]:
+        """Every accepted answer: `answer` first, then the aliases."""
+        return (self.answer, *self.aliases)
 
     @property
     def supporting_titles(self) -> tuple[str, ...]:
@@ -83,7 +94,20 @@ class QATask:
         """JSON-friendly view (answer included: use it only after the episode)."""
         return {"id": self.id, "question": self.question, "answer": self.answer, "type": self.type,
                 "level": self.level, "supporting_facts": [list(f) for f in self.supporting_facts],
-                "supporting_titles": list(self.supporting_titles), "template": self.template}
+                "supporting_titles": list(self.supporting_titles), "template": self.template,
+                "aliases": list(self.aliases)}
+
+    def to_record(self) -> dict[str, Any]:
+        """The task in the original HotpotQA layout (what `trace-gym data convert` writes)."""
+        rec: dict[str, Any] = {"_id": self.id, "question": self.question, "answer": self.answer,
+                               "type": self.type, "level": self.level,
+                               "supporting_facts": [list(f) for f in self.supporting_facts],
+                               "context": [[t, list(s)] for t, s in self.context]}
+        if self.aliases:
+            rec["answer_aliases"] = list(self.aliases)
+        if self.template:
+            rec["template"] = self.template
+        return rec
 
 
 def _open_text(path: Path) -> io.TextIOBase:
@@ -92,53 +116,78 @@ def _open_text(path: Path) -> io.TextIOBase:
     return open(path, encoding="utf-8")
 
 
-def iter_jsonl(path: str | Path) -> Iterator[dict[str, Any]]:
-    """Rows of a (possibly gzipped) JSON Lines file, skipping blank lines."""
+def iter_jsonl(path: str | Path, with_lines: bool = False) -> Iterator[Any]:
+    """Rows of a (possibly gzipped) JSON Lines file, skipping blank lines.
+
+    With `with_lines`, yields (line number, row) pairs.
+    """
     path = Path(path)
-    with _open_text(path) as f:
-        for lineno, line in enumerate(f, 1):
-            if line.strip():
-                try:
-                    yield json.loads(line)
-                except json.JSONDecodeError as e:
-                    raise ConfigError(f"{path}:{lineno} is not valid JSON ({e}); expected one object per line") from e
-
-
-def _task(r: dict[str, Any]) -> QATask:
+    lineno = 0
     try:
-        return QATask(
-            id=str(r["_id"]),
-            question=str(r["question"]),
-            answer=str(r.get("answer", "")),  # the test sets have no answers
-            type=str(r.get("type", "")),
-            level=str(r.get("level", "")),
-            supporting_facts=tuple((str(t), int(i)) for t, i in r.get("supporting_facts", [])),
-            context=tuple((str(t), tuple(str(s) for s in sents)) for t, sents in r.get("context", [])),
-            template=str(r.get("template", "")),
-        )
-    except (KeyError, TypeError, ValueError) as e:
+        with _open_text(path) as f:
+            for lineno, line in enumerate(f, 1):
+                if line.strip():
+                    row = json.loads(line)
+                    yield (lineno, row) if with_lines else row
+    except (json.JSONDecodeError, RecursionError) as e:
+        raise ConfigError(f"{path}:{lineno} is not valid JSON ({e}); expected one object per line") from e
+    except (UnicodeDecodeError, OSError, EOFError) as e:
+        raise ConfigError(f"{path}:{lineno + 1} cannot be read as UTF-8 text ({type(e).__name__}: {e})") from e
+
+
+def _rows(path: Path) -> Iterator[tuple[str, Any]]:
+    """(position label, record) pairs of a JSON list, JSON Lines or parquet file."""
+    if path.suffix == ".parquet":
+        try:
+            import pyarrow.parquet as pq
+        except ImportError as e:
+            raise DependencyNotInstalled("pyarrow (to read parquet)", 'pip install "trace-gym[dev]" or pip install pyarrow') from e
+        try:
+            table = pq.read_table(path)
+        except Exception as e:  # pyarrow raises its own ArrowInvalid / OSError family
+            raise ConfigError(f"{path} is not a readable parquet file ({e})") from e
+        for i, r in enumerate(table.to_pylist(), 1):
+            yield f"record {i}", r
+        return
+    try:
+        with _open_text(path) as f:
+            head = f.read(1)
+            while head and head.isspace():
+                head = f.read(1)
+        if head == "[":
+            with _open_text(path) as f:
+                rows = json.load(f)
+            for i, r in enumerate(rows, 1):
+                yield f"record {i}", r
+            return
+    except (UnicodeDecodeError, OSError, EOFError, RecursionError) as e:
+        raise ConfigError(f"{path} cannot be read as UTF-8 JSON ({type(e).__name__}: {e})") from e
+    except json.JSONDecodeError as e:
+        raise ConfigError(f"{path} is not valid JSON ({e}); expected a list of HotpotQA records") from e
+    for i, r in enumerate(iter_jsonl(path, with_lines=True)):
+        yield f"line {r[0]} (record {i + 1})", r[1]
+
+
+def _task(path: Path, where: str, r: Any) -> QATask:
+    try:
+        return record_to_task(r)
+    except RecordError as e:
+        keys = ", ".join(sorted(map(str, r))) if isinstance(r, dict) else type(r).__name__
         raise ConfigError(
-            f"not a HotpotQA record ({e!r}); expected keys _id, question, answer, supporting_facts, context"
+            f"{path}: {where}: not a HotpotQA record: field {e.field!r}: {e}; keys present: {keys}. Expected one of "
+            "the layouts original HotpotQA (_id, question, answer, supporting_facts, context), Hugging Face hotpot_qa "
+            "(id, question, answer, context{title, sentences}) or FlashRAG (id, question, golden_answers)"
         ) from e
 
 
 def load_hotpotqa(path: str | Path, limit: int | None = None) -> list[QATask]:
-    """Load HotpotQA questions from the original JSON list or from JSON Lines (.gz ok)."""
+    """Load HotpotQA questions in any supported layout from JSON, JSON Lines (.gz ok) or parquet."""
     path = Path(path)
     if not path.exists():
         raise ConfigError(f"HotpotQA file {path} does not exist; pass the path of hotpot_dev_distractor_v1.json or similar")
-    with _open_text(path) as f:
-        head = f.read(1)
-        while head and head.isspace():
-            head = f.read(1)
-    if head == "[":
-        with _open_text(path) as f:
-            rows: Iterable[dict[str, Any]] = json.load(f)
-    else:
-        rows = iter_jsonl(path)
     tasks = []
-    for r in rows:
-        tasks.append(_task(r))
+    for where, r in _rows(path):
+        tasks.append(_task(path, where, r))
         if limit is not None and len(tasks) >= limit:
             break
     if not tasks:
@@ -162,8 +211,10 @@ def load_wiki18(path: str | Path, limit: int | None = None) -> list[Passage]:
         raise ConfigError(f"corpus file {path} does not exist; pass a wiki-18-style JSONL file")
     out = []
     for r in iter_jsonl(path):
-        if "contents" not in r:
-            raise ConfigError(f"{path}: row without 'contents' ({sorted(r)}); expected {{'id', 'contents'}} rows")
+        if not isinstance(r, dict) or "contents" not in r:
+            keys = sorted(r) if isinstance(r, dict) else type(r).__name__
+            raise ConfigError(f"{path}: row {len(out) + 1} has no 'contents' (keys present: {keys}); "
+                              "expected {'id', 'contents'} rows")
         out.append(passage_from_contents(str(r.get("id", len(out))), str(r["contents"])))
         if limit is not None and len(out) >= limit:
             break

@@ -65,6 +65,8 @@ class HotpotQAConfig:
     max_turns: int = 6
     #: longer queries are refused with a hint
     max_query_chars: int = 512
+    #: longer turns are refused unparsed, with a hint (bounds the parser's work per step)
+    max_action_chars: int = 32_768
     #: use only the first N questions (after the split)
     limit: int | None = None
     #: where lazily built indexes are cached (default: $TRACE_GYM_CACHE or ~/.cache/trace-gym)
@@ -81,6 +83,8 @@ class HotpotQAConfig:
             raise ConfigError(f"max_turns must be >= 1, got {self.max_turns}")
         if self.max_query_chars < 1:
             raise ConfigError(f"max_query_chars must be >= 1, got {self.max_query_chars}")
+        if self.max_action_chars < 1:
+            raise ConfigError(f"max_action_chars must be >= 1, got {self.max_action_chars}")
         if self.limit is not None and self.limit < 1:
             raise ConfigError(f"limit must be >= 1 or None, got {self.limit}")
 
@@ -111,7 +115,9 @@ def _load_dataset(cfg: HotpotQAConfig) -> tuple[list[QATask], list[Passage] | No
     elif passages is None and isinstance(cfg.retriever, str) and cfg.retriever in KINDS:
         # only a retriever built here needs the corpus (an index directory or a server has its own)
         if not any(t.context for t in tasks):
-            raise ConfigError(f"{cfg.dataset} has no context paragraphs; pass corpus=<wiki-18 JSONL> or a retriever index")
+            raise ConfigError(
+                f"{cfg.dataset} has no context paragraphs (FlashRAG / Search-R1 files carry only question and "
+                "golden_answers); pass corpus=<wiki-18 JSONL> or retriever=<index directory or server URL>")
         passages = _shared(("ctx", cfg.dataset), lambda: context_passages(tasks))
     return tasks, passages
 
@@ -184,7 +190,7 @@ class HotpotQAEnv(TraceEnv):
         return protocol.make_prompt(task.question), info
 
     def _step(self, action: str) -> Transition:
-        parsed = protocol.parse_action(action, self.config.max_query_chars)
+        parsed = protocol.parse_action(action, self.config.max_query_chars, self.config.max_action_chars)
         last_turn = self._turn + 1 >= self.max_turns
         if parsed.kind == "search":
             obs, info = self._search(parsed.content)
@@ -214,7 +220,8 @@ class HotpotQAEnv(TraceEnv):
 
     def _answer(self, answer: str) -> Transition:
         task = self.tasks[self._task_index]  # type: ignore[index]
-        scores = score_answer(answer, task.answer)
+        # several gold answers (FlashRAG's golden_answers): the best-scoring one counts
+        scores = max((score_answer(answer, g) for g in task.answers), key=lambda s: (s["em"], s["f1"]))
         info = {"action": "answer", "answer": answer, "gold_answer": task.answer, **scores,
                 "num_searches": len(self._history), **self._episode_report()}
         obs = f"\nYour answer: {answer}\n"

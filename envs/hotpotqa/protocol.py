@@ -32,9 +32,7 @@ PROMPT_TEMPLATE = (
 )
 
 _THINK = re.compile(r"<think>.*?(</think>|$)", re.S | re.I)
-_BLOCK = re.compile(r"<(search|answer)>(.*?)</\1>", re.S | re.I)
-_OPEN = re.compile(r"<(search|answer)>", re.I)
-_CLOSE = re.compile(r"</(search|answer)>", re.I)
+_TAG = re.compile(r"<(/?)(search|answer)>", re.I)
 _HINT = ("My previous action is invalid. If I want to search, I should put the query between <search> and "
          "</search>. If I want to give the final answer, I should put the answer between <answer> and </answer>. "
          "Let me try again.")
@@ -58,20 +56,50 @@ def make_prompt(question: str) -> str:
     return PROMPT_TEMPLATE.format(question=question.strip())
 
 
-def parse_action(text: str, max_query_chars: int = 512) -> Action:
-    """Parse one assistant turn into a search, an answer, or an invalid action with a reason."""
+def _blocks(body: str) -> tuple[list[tuple[str, str]], list[tuple[bool, str]]]:
+    """The ``<kind>...</kind>`` blocks of `body`, and every tag seen, in one linear pass.
+
+    Same result as ``re.finditer(r"<(search|answer)>(.*?)</\\1>", body, re.S | re.I)`` (an
+    opening tag without a later closing tag of its kind is skipped), but that regex
+    rescans the rest of the text from every unclosed opening tag: quadratic time.
+    """
+    tags = [(m.start(), m.end(), m.group(1) == "/", m.group(2).lower()) for m in _TAG.finditer(body)]
+    # next_close[i]: index of the first closing tag of tags[i]'s kind after i (one backward pass)
+    next_close: list[int | None] = [None] * len(tags)
+    upcoming: dict[str, int | None] = {"search": None, "answer": None}
+    for i in range(len(tags) - 1, -1, -1):
+        next_close[i] = upcoming[tags[i][3]]
+        if tags[i][2]:
+            upcoming[tags[i][3]] = i
+    blocks, cursor = [], 0
+    for i, (start, end, closing, kind) in enumerate(tags):
+        j = next_close[i]
+        if closing or start < cursor or j is None:
+            continue
+        blocks.append((kind, body[end:tags[j][0]].strip()))
+        cursor = tags[j][1]
+    return blocks, [(closing, kind) for _, _, closing, kind in tags]
+
+
+def parse_action(text: str, max_query_chars: int = 512, max_action_chars: int | None = None) -> Action:
+    """Parse one assistant turn into a search, an answer, or an invalid action with a reason.
+
+    Runs in linear time; a turn longer than `max_action_chars` is refused unparsed.
+    """
+    if max_action_chars is not None and len(text) > max_action_chars:
+        return Action("invalid", error="action_too_long",
+                      detail=f"The turn has {len(text)} characters; keep it under {max_action_chars}.")
     body = _THINK.sub(" ", text)
-    blocks = [(m.group(1).lower(), m.group(2).strip()) for m in _BLOCK.finditer(body)]
+    blocks, tags = _blocks(body)
     kinds = {k for k, _ in blocks}
     if len(kinds) > 1:
         return Action("invalid", error="both_tags",
                       detail="The turn holds both <search> and <answer>; send one action per turn.")
     if not blocks:
-        opened = _OPEN.search(body)
+        opened = next((kind for closing, kind in tags if not closing), None)
         if opened:
-            tag = opened.group(1).lower()
-            return Action("invalid", error="unclosed_tag", detail=f"The <{tag}> tag is not closed; end it with </{tag}>.")
-        if _CLOSE.search(body):
+            return Action("invalid", error="unclosed_tag", detail=f"The <{opened}> tag is not closed; end it with </{opened}>.")
+        if tags:
             return Action("invalid", error="unopened_tag", detail="A closing tag has no matching opening tag.")
         return Action("invalid", error="no_action", detail="The turn holds no <search> or <answer> block.")
     kind, content = blocks[0]

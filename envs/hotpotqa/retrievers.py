@@ -101,6 +101,9 @@ class Retriever:
     def _load_index(cls, path: Path, passages: list[Passage], params: dict[str, Any]) -> Retriever:
         raise NotImplementedError
 
+    def warm_up(self) -> None:
+        """Pay one-time start-up costs (JIT compilation) now, before the first real query."""
+
     def close(self) -> None:
         """Release resources (threads, JVM handles); the default holds none."""
 
@@ -128,6 +131,7 @@ class BM25Retriever(Retriever):
         self.stemmer = stemmer if stemmer and _stemmer(stemmer) is not None else None
         # PyStemmer objects are not thread-safe; tokenising is cheap, so it is serialised
         self._lock = threading.Lock()
+        self._warm = False  # after warm_up(), every batch size goes through numba
         if _index is not None:
             self._bm25, self._tok = _index, _tokenizer
             self._fast = _numba_view(self._bm25)
@@ -150,7 +154,8 @@ class BM25Retriever(Retriever):
         k = _clamp_k(k, len(self.passages))
         with self._lock:
             ids = self._tok.tokenize(list(queries), update_vocab=False, return_as="ids", show_progress=False)
-        engine = self._fast if self._fast is not None and len(queries) >= NUMBA_MIN_BATCH else self._bm25
+        use_fast = self._fast is not None and (self._warm or len(queries) >= NUMBA_MIN_BATCH)
+        engine = self._fast if use_fast else self._bm25
         # numpy and numba break ties differently, so ties are ordered by corpus position: fetch a
         # margin, and where the k-th score's tie group may run past it, rank that query exactly
         n = len(self.passages)
@@ -165,6 +170,12 @@ class BM25Retriever(Retriever):
             else:
                 out[i] = hits[:k]
         return out
+
+    def warm_up(self) -> None:
+        """Compile the numba kernels (seconds, once per process); then single queries use them too."""
+        if self._fast is not None and not self._warm:
+            self.search([p.title for p in self.passages[:NUMBA_MIN_BATCH]] * 2, 10)
+            self._warm = True
 
     def _save_index(self, path: Path) -> None:
         self._bm25.save(str(path / "bm25"), show_progress=False)

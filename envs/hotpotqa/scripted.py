@@ -7,7 +7,8 @@
   entities, then compares). It sees only what an agent sees, so when retrieval misses,
   it misses: its EM measures the retriever, not a lookup of the gold answer.
 - `oracle_next_action(task, observations)`: for real HotpotQA (no templates to parse).
-  Searches the question, then each gold paragraph title not yet retrieved, and answers
+  Searches the question, then each gold paragraph title not yet retrieved (a missed
+  title once more with the question added, never the same query twice), and answers
   the gold answer only if the retrieved passages contain it (yes/no: if every gold
   paragraph was retrieved), else the title of the first retrieved passage. Its EM is an
   upper bound for a reader given this retriever.
@@ -30,7 +31,7 @@ from trace_gym.envs.hotpotqa.metrics import normalize_answer
 
 __all__ = ["next_action", "no_search_action", "oracle_next_action", "parse_documents", "question_from_prompt"]
 
-_DOC = re.compile(r"Doc \d+\(Title: (?P<title>.*?)\) (?P<text>.*?)(?=\nDoc \d+\(Title: |</information>|\Z)", re.S)
+_DOC_START = re.compile(r"(?:^|\n)Doc \d+\(Title: ")
 _QUESTION = re.compile(r"Question:\s*(?P<q>.*?)\s*$", re.S)
 _GIVE_UP = 5
 
@@ -74,13 +75,32 @@ def question_from_prompt(prompt: str) -> str:
     return m.group("q") if m else prompt.strip()
 
 
+def _split_title(part: str) -> tuple[str, str]:
+    """'Title) text' -> (title, text); the title ends at its first unbalanced ')'.
+
+    Titles may hold parentheses and ") " ("The Five(ish) Doctors Reboot"), so the first
+    ") " is not the end; a title with an unbalanced '(' falls back to the first ") ".
+    """
+    depth = 0
+    for i, ch in enumerate(part):
+        if ch == "(":
+            depth += 1
+        elif ch == ")":
+            if depth == 0:
+                return part[:i], part[i + 1:].removeprefix(" ")
+            depth -= 1
+    title, _, text = part.partition(") ")
+    return title, text
+
+
 def parse_documents(observations: Sequence[str]) -> dict[str, str]:
     """title -> text of every passage in the `<information>` blocks seen so far."""
     docs: dict[str, str] = {}
     for obs in observations:
         for block in re.findall(r"<information>(.*?)</information>", obs, re.S):
-            for m in _DOC.finditer(block + "</information>"):
-                docs.setdefault(m.group("title").strip(), m.group("text").strip())
+            for part in _DOC_START.split(block)[1:]:
+                title, text = _split_title(part)
+                docs.setdefault(title.strip(), text.strip())
     return docs
 
 
@@ -136,14 +156,37 @@ def next_action(question: str, observations: Sequence[str]) -> str:
     return _search(question) if not observations else _answer(next(iter(docs), "unknown"))
 
 
-def oracle_next_action(task: QATask, observations: Sequence[str]) -> str:
-    """An oracle-guided searcher for real HotpotQA (see the module docstring)."""
-    docs = parse_documents(observations)
+def _next_query(task: QATask, observations: Sequence[str], asked: set[str | None]) -> str | None:
     if not observations:
-        return _search(task.question)
+        return task.question
+    docs = parse_documents(observations)
     missing = [t for t in task.supporting_titles if t not in docs]
-    if missing and len(observations) <= len(task.supporting_titles):
-        return _search(missing[0])
+    if not missing or len(observations) > 2 * len(task.supporting_titles):
+        return None
+    fresh = [q for t in missing for q in (t, f"{t} {task.question}") if q not in asked]
+    return fresh[0] if fresh else None
+
+
+def _oracle_query(task: QATask, observations: Sequence[str]) -> str | None:
+    """The oracle's next query, or None when it should answer now."""
+    # the oracle is a pure function of the observations: replay it to know what it already asked
+    asked: set[str | None] = set()
+    for i in range(len(observations)):
+        asked.add(_next_query(task, observations[:i], asked))
+    return _next_query(task, observations, asked)
+
+
+def oracle_next_action(task: QATask, observations: Sequence[str]) -> str:
+    """An oracle-guided searcher for real HotpotQA (see the module docstring).
+
+    A search that missed its gold paragraph is not repeated word for word: the oracle
+    retries with the title plus the question, then moves on.
+    """
+    query = _oracle_query(task, observations)
+    if query is not None:
+        return _search(query)
+    docs = parse_documents(observations)
+    missing = [t for t in task.supporting_titles if t not in docs]
     gold = normalize_answer(task.answer)
     if gold in ("yes", "no"):
         found = not missing

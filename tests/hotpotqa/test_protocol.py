@@ -2,16 +2,24 @@
 
 from __future__ import annotations
 
+import random
+import re
+
 import pytest
-from trace_gym.envs.hotpotqa.data import Passage
+from trace_gym.envs.hotpotqa.data import Passage, QATask
 from trace_gym.envs.hotpotqa.protocol import (
+    _blocks,
     format_information,
     invalid_observation,
     make_prompt,
     parse_action,
 )
 from trace_gym.envs.hotpotqa.retrievers import Hit
-from trace_gym.envs.hotpotqa.scripted import parse_documents, question_from_prompt
+from trace_gym.envs.hotpotqa.scripted import (
+    oracle_next_action,
+    parse_documents,
+    question_from_prompt,
+)
 
 
 def test_search_and_answer_are_parsed_and_think_is_ignored():
@@ -52,3 +60,51 @@ def test_information_block_follows_search_r1_and_round_trips():
 def test_prompt_carries_the_question():
     p = make_prompt("Who was born first, A or B?")
     assert "<search> query </search>" in p and question_from_prompt(p) == "Who was born first, A or B?"
+
+
+def _regex_blocks(body: str) -> list[tuple[str, str]]:
+    """The old, quadratic regex: the reference for which blocks a turn holds."""
+    return [(m.group(1).lower(), m.group(2).strip())
+            for m in re.finditer(r"<(search|answer)>(.*?)</\1>", body, re.S | re.I)]
+
+
+def test_linear_parser_finds_the_same_blocks_as_the_regex():
+    rng = random.Random(17)
+    pieces = ["<search>", "</search>", "<answer>", "</answer>", "<SEARCH>", "</Answer>", "a", " b ", "<", ">", "/"]
+    for _ in range(3000):
+        body = "".join(rng.choice(pieces) for _ in range(rng.randint(0, 12)))
+        assert _blocks(body)[0] == _regex_blocks(body), body
+
+
+def test_adversarial_turns_parse_and_overlong_turns_are_refused():
+    # 200k characters of unclosed tags: quadratic parsing took seconds per 50k here
+    flood = "<search>" * 25_000
+    assert parse_action(flood).error == "unclosed_tag"
+    assert parse_action("<search>" * 25_000 + "x</search>", max_query_chars=10**6).kind == "search"
+    a = parse_action("<answer>x</answer>" + " " * 100, max_action_chars=50)
+    assert (a.kind, a.error) == ("invalid", "action_too_long") and "50" in a.detail
+    assert parse_action("<answer>x</answer>", max_action_chars=50).kind == "answer"
+
+
+def test_titles_with_parentheses_are_parsed_whole():
+    hits = [Hit(Passage("1", "The Five(ish) Doctors Reboot", "A film (2013) by Davison."), 2.0),
+            Hit(Passage("2", "Smith (actor)", "An actor."), 1.0)]
+    assert parse_documents([format_information(hits)]) == {
+        "The Five(ish) Doctors Reboot": "A film (2013) by Davison.", "Smith (actor)": "An actor."}
+
+
+def test_oracle_never_repeats_a_failed_query():
+    task = QATask("q", "Where was Zed born?", "Ostra", supporting_facts=(("Zed Person", 0), ("Ostra", 0)))
+    miss = format_information([Hit(Passage("9", "Unrelated", "Nothing here."), 1.0)])
+    observations: list[str] = []
+    queries = []
+    for _ in range(8):
+        action = oracle_next_action(task, observations)
+        if "<answer>" in action:
+            break
+        queries.append(re.search(r"<search>(.*)</search>", action).group(1))
+        observations.append(miss)
+    assert len(queries) == len(set(queries)) >= 3
+    assert queries[:3] == ["Where was Zed born?", "Zed Person", "Zed Person Where was Zed born?"]
+    found = format_information([Hit(Passage("1", "Zed Person", "Zed was born in Ostra."), 1.0)])
+    assert "<search>Ostra</search>" in oracle_next_action(task, [miss, found])

@@ -1,8 +1,11 @@
-"""`trace-gym serve-retriever`: Search-R1 /retrieve over loopback, concurrency, 4xx errors."""
+"""`trace-gym serve-retriever`: Search-R1 /retrieve over loopback, concurrency, limits, 4xx errors."""
 
 from __future__ import annotations
 
 import json
+import socket
+import subprocess
+import sys
 import threading
 import urllib.error
 import urllib.request
@@ -11,7 +14,9 @@ import gymnasium as gym
 import pytest
 from trace_gym.envs.hotpotqa.remote import RemoteRetriever, RetrievalServerError
 from trace_gym.envs.hotpotqa.retrievers import BM25Retriever
-from trace_gym.envs.hotpotqa.server import make_server
+from trace_gym.envs.hotpotqa.server import ServerLimits, make_server
+
+from trace_gym.errors import ConfigError
 
 
 @pytest.fixture(scope="module")
@@ -112,3 +117,100 @@ def test_unreachable_server_is_an_observation_not_a_crash():
     env.reset(options={"task": 0})
     obs, r_, term, trunc, info = env.step("<search>x</search>")
     assert "Search failed" in obs and info["error"] == "retrieval_failed" and not term
+
+
+@pytest.fixture(scope="module")
+def tight(bundled):
+    """A server with small limits and a long batching window, to exercise every refusal."""
+    limits = ServerLimits(max_body_bytes=4096, max_queries=8, max_topk=20, max_query_chars=200,
+                          read_timeout_s=0.5, batch_wait_ms=100)
+    srv = make_server(BM25Retriever(bundled[1]), limits=limits)
+    srv.start_background()
+    yield srv
+    srv.shutdown()
+    srv.server_close()
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "says"),
+    [
+        (json.dumps({"queries": ["town " * 2000]}).encode(), 413, "4096"),
+        (json.dumps({"queries": ["a"] * 9}).encode(), 413, "at most 8"),
+        (json.dumps({"queries": ["a"], "topk": 21}).encode(), 422, "[1, 20]"),
+        (json.dumps({"queries": ["a" * 201]}).encode(), 422, "at most 200"),
+        (b"[" * 1500 + b"]" * 1500, 400, "nested deeper"),
+        (b'{"queries": [[[[[[[[[["a"]]]]]]]]]]}', 400, "nested deeper"),
+    ],
+)
+def test_limits_answer_with_a_message(tight, body, status, says):
+    code, out = _post(tight.url, body)
+    assert code == status and says in out["error"]
+    assert _post(tight.url, json.dumps({"queries": ["town"], "topk": 20}).encode())[0] == 200
+
+
+def test_brackets_inside_query_strings_are_not_nesting(tight):
+    code, out = _post(tight.url, json.dumps({"queries": ["[[[[[[[[[[{{{{{{ town"]}).encode())
+    assert code == 200 and len(out["result"]) == 1
+
+
+def test_stalled_clients_time_out_and_do_not_block_others(tight):
+    host, port = tight.url.removeprefix("http://").split(":")
+    stalled = []
+    for _ in range(20):  # each promises 1,000 bytes and sends 10
+        s = socket.create_connection((host, int(port)), timeout=5)
+        s.sendall(b"POST /retrieve HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n" + b"{" * 10)
+        stalled.append(s)
+    assert _post(tight.url, json.dumps({"queries": ["town"]}).encode())[0] == 200
+    for s in stalled:
+        assert s.recv(4096).split(b" ")[1] == b"408"
+        s.close()
+
+
+def test_concurrent_requests_are_micro_batched(tight, bundled):
+    before = _health(tight)
+    barrier = threading.Barrier(8)
+    codes: list[int] = []
+
+    def one(i: int) -> None:
+        barrier.wait()
+        codes.append(_post(tight.url, json.dumps({"queries": [bundled[0][i].question], "topk": 1 + i}).encode())[0])
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    after = _health(tight)
+    assert codes == [200] * 8 and after["queries"] - before["queries"] == 8
+    assert after["batches"] - before["batches"] < 8  # several requests shared one search
+
+
+def test_a_failing_retriever_is_a_500_and_the_server_survives(bundled):
+    class Flaky(BM25Retriever):
+        def search(self, queries, k=3, n_threads=0):
+            if "boom" in queries:
+                raise RuntimeError("index offline")
+            return super().search(queries, k)
+
+    srv = make_server(Flaky(bundled[1][:50]))
+    srv.start_background()
+    try:
+        code, out = _post(srv.url, json.dumps({"queries": ["boom"]}).encode())
+        assert code == 500 and "index offline" in out["error"]
+        assert _post(srv.url, json.dumps({"queries": ["town"]}).encode())[0] == 200
+    finally:
+        srv.shutdown()
+        srv.server_close()
+
+
+def test_bad_limits_and_cli_flags_are_one_line_errors():
+    with pytest.raises(ConfigError, match="max_topk"):
+        ServerLimits(max_topk=0)
+    out = subprocess.run([sys.executable, "-m", "trace_gym.cli", "serve-retriever", "--max-topk", "0"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and out.stderr.strip().count("\n") == 0 and "max_topk" in out.stderr
+
+
+def _health(srv) -> dict:
+    with urllib.request.urlopen(srv.url + "/health", timeout=10) as r:
+        return json.loads(r.read())
