@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 from trace_gym.envs.hotpotqa.data import Passage
-from trace_gym.envs.hotpotqa.retrievers import Hit, Retriever, _clamp_k, _hits
+from trace_gym.envs.hotpotqa.retrieval_base import Hit, Retriever, _clamp_k, _hits
 
 from trace_gym.errors import ConfigError, DependencyNotInstalled
 

@@ -22,6 +22,8 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from trace_gym.envs.hotpotqa.task import QATask
+
 __all__ = ["RecordError", "detect_layout", "record_to_task"]
 
 
@@ -113,8 +115,6 @@ def _golden(r: Mapping[str, Any]) -> tuple[str, tuple[str, ...]]:
 
 def record_to_task(r: Any, layout: str | None = None):
     """One record of any layout as a `QATask` (`RecordError` says which field is wrong)."""
-    from trace_gym.envs.hotpotqa.data import QATask
-
     if not isinstance(r, Mapping):
         raise RecordError("(record)", f"expected a JSON object, got {type(r).__name__}")
     layout = layout or detect_layout(r)

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from trace_gym.envs.hotpotqa.data import Passage
-from trace_gym.envs.hotpotqa.retrievers import Hit, Retriever, _clamp_k
+from trace_gym.envs.hotpotqa.retrieval_base import Hit, Retriever, _clamp_k
 
 from trace_gym.errors import DependencyNotInstalled
 

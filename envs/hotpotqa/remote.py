@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from trace_gym.envs.hotpotqa.data import passage_from_contents
-from trace_gym.envs.hotpotqa.retrievers import Hit, Retriever
+from trace_gym.envs.hotpotqa.retrieval_base import Hit, Retriever
 
 from trace_gym.errors import ConfigError, TraceGymError
 
