@@ -21,7 +21,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "rollout": ("trace_gym.agents.rollout:main", "collect rollout trees with a policy and an allocator"),
     "eval": ("trace_gym.agents.evaluate:main", "evaluate a policy on an env's evaluation split"),
     "train": ("trace_gym.trainers.cli:main", "train a policy from a config file"),
-    "sim-calibrate": ("trace_gym.sim.calibrate:main", "reproduce the simulator presets' calibration figures"),
+    "sim-calibrate": ("trace_gym.sim.calibrate:main", "simulator calibration figures; --fit: fit the v2 preset families"),
 }
 
 #: benchmark -> "module:function"

@@ -4,7 +4,9 @@
 - ``features``: hashed text n-grams of the shared serialisation + online logistic regression;
 - ``bayes``: the ``features`` text model as a prior, combined with each prompt's visit
   counts (Beta posterior), with uncertainty-aware prompt values for allocation;
-- ``constant``: 0.5 everywhere (the no-information baseline).
+- ``constant``: 0.5 everywhere (the no-information baseline);
+- ``oracle`` / ``noisy``: exact simulator values, and exact values with noise sized to a
+  target Spearman (`trace_gym.predict.oracle`; references, they learn nothing).
 
 `make_predictor(name, **kwargs)` builds one; `training_batch` turns finished trees into
 an update batch; `quality_by_depth` reports Spearman and squared error per depth.
@@ -21,6 +23,7 @@ from trace_gym.predict.constant import ConstantPredictor
 from trace_gym.predict.critic import CriticPredictor
 from trace_gym.predict.empirical import EmpiricalPredictor
 from trace_gym.predict.features import FeaturePredictor
+from trace_gym.predict.oracle import NoisyOraclePredictor, OraclePredictor
 from trace_gym.predict.training import TrainingBatch, quality_by_depth, spearman, training_batch
 
 __all__ = [
@@ -47,6 +50,8 @@ PREDICTORS: dict[str, type] = {
     "bayes": BayesPredictor,
     "constant": ConstantPredictor,
     "critic": CriticPredictor,
+    "oracle": OraclePredictor,
+    "noisy": NoisyOraclePredictor,
 }
 
 
