@@ -24,7 +24,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "train": ("trace_gym.trainers.cli:main", "train a policy from a config file"),
     "view": ("trace_gym.bench.view:main", "write an offline HTML page of rollout trees (`trace-gym view TREES.jsonl`)"),
     "report": ("trace_gym.bench.report_html:main", "write an HTML report of a training run directory"),
-    "sim-calibrate": ("trace_gym.sim.calibrate:main", "reproduce the simulator presets' calibration figures"),
+    "sim-calibrate": ("trace_gym.sim.calibrate:main", "simulator calibration figures; --fit: fit the v2 preset families"),
 }
 
 #: benchmark -> "module:function"

@@ -72,7 +72,7 @@ def pipeline_preset() -> Any:
 
     from trace_gym.sim import get_preset
 
-    return replace(get_preset("math"), name="learnable", base_sd=1.0, delta_sd=3.0)
+    return replace(get_preset("math-luck"), name="learnable", base_sd=1.0, delta_sd=3.0)
 
 
 def method_config(method: str, seed: int, steps: int, out_dir: str, *, roots: int = 16, replays: float = 1.0,

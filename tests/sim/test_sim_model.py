@@ -31,7 +31,7 @@ def test_parse_action_reads_the_last_line():
 
 
 def test_task_ids_round_trip_and_tasks_are_pure():
-    p = PRESETS["math"]
+    p = PRESETS["math-luck"]
     t = make_task(p, 3, 17)
     assert t.id == "sim-math-3-17" and parse_task_id(t.id) == ("math", 3, 17)
     make_task.cache_clear()
@@ -66,9 +66,10 @@ def _brute(task, t, k, skill):
     return v
 
 
+@pytest.mark.parametrize("preset", ["math-luck", "math", "hotpotqa-r08"])
 @pytest.mark.parametrize("index", range(6))
-def test_value_table_matches_brute_force_enumeration(index):
-    task = make_task(PRESETS["math"], 0, index)
+def test_value_table_matches_brute_force_enumeration(preset, index):
+    task = make_task(PRESETS[preset], 0, index)
     for skill in (0.0, 1.0, 2.5):
         table = value_table(task, skill)
         assert table[0, task.reach] == pytest.approx(_brute(task, 0, 0, skill), abs=1e-12)
@@ -77,7 +78,7 @@ def test_value_table_matches_brute_force_enumeration(index):
         assert table[t, k + task.reach] == pytest.approx(_brute(task, t, k, skill), abs=1e-12)
 
 
-@pytest.mark.parametrize("preset", ["math", "hotpotqa", "bfcl"])
+@pytest.mark.parametrize("preset", sorted(PRESETS))
 def test_one_step_martingale_is_exact(preset):
     """E[Z_{t+1} | H_t] = Z_t over the policy's choices, including the answer (final jump)."""
     p = PRESETS[preset]
@@ -90,20 +91,22 @@ def test_one_step_martingale_is_exact(preset):
         ]
         t, k, ended = state_of(task, history)
         assert not ended
-        z = true_value(task.id, history)
+        z = true_value(task.id, history, preset=p)
         L = task.logit(k)
         pa = float(answer_prob(p, t, L))
         pm = (1 - p.malformed_prob - pa) * move_probs(task, t, skill)
-        nxt = p.malformed_prob * true_value(task.id, [*history, WASTE])
-        nxt += sum(pm[a] * true_value(task.id, [*history, a]) for a in range(p.num_actions))
+        nxt = p.malformed_prob * true_value(task.id, [*history, WASTE], preset=p)
+        nxt += sum(
+            pm[a] * true_value(task.id, [*history, a], preset=p) for a in range(p.num_actions)
+        )
         if t >= 1:
             # after an answer the value is sigmoid(L); the reward then jumps with mean sigmoid(L)
-            nxt += pa * true_value(task.id, [*history, ANSWER])
+            nxt += pa * true_value(task.id, [*history, ANSWER], preset=p)
         assert nxt == pytest.approx(z, abs=1e-12)
 
 
 def test_true_value_accepts_texts_and_skill():
-    task = make_task(PRESETS["math"], 0, 4)
+    task = make_task(PRESETS["math-luck"], 0, 4)
     texts = ["Thought: x\naction 1"]
     assert true_value(task.id, texts) == true_value(task.id, [1])
     # answering before the first turn is refused by the env: a wasted turn

@@ -30,6 +30,8 @@ import numpy as np
 
 from trace_gym.bench.report import (
     StepRecord,
+    format_curves,
+    format_error,
     format_quality,
     format_table,
     summarize,
@@ -58,7 +60,15 @@ POLICY_ORDER = (
     "trace",
     "oracle",
 )
-PRESET_NAMES = ("math", "hotpotqa", "bfcl")
+
+
+def _preset_names() -> tuple[str, ...]:
+    from trace_gym.sim.presets import PRESETS
+
+    return tuple(PRESETS)
+
+
+PRESET_NAMES = _preset_names()
 #: the scripted-policy registry (`make_env`, `make_scripted`), named by string: the core
 #: does not import the agents package
 SCRIPTED_POLICIES = "trace_gym.agents.scripted"
@@ -92,6 +102,16 @@ class BenchConfig:
     policy: str = "sim"
     env_kwargs: dict[str, Any] = field(default_factory=dict)
     progress: bool = True
+    #: False (default): every step draws prompts never seen before (real epochs);
+    #: True: each step samples from one fixed pool, so prompts recur (the v1 protocol)
+    revisit: bool = False
+    #: share of prefix samples in each predictor update batch (paper: about 6%)
+    prefix_share: float = 0.06
+    #: candidates per step (default: pool_factor x the prompts a fixed-group policy takes)
+    candidates: int | None = None
+    #: extra rows (label, allocation policy, predictor spec), e.g.
+    #: ("trace@noisy:0.9", "trace", "noisy:0.9") or ("first_visit", "first_visit", "bayes")
+    rows: tuple[tuple[str, str, str], ...] = ()
 
     def __post_init__(self) -> None:
         if self.env_id is None and self.preset not in PRESET_NAMES:
@@ -108,6 +128,11 @@ class BenchConfig:
             raise ConfigError(
                 "need --replays >= 0, --group-size >= 2, --m-max >= 2, --pool-factor > 0"
             )
+        if not 0.0 <= self.prefix_share <= 1.0 or (
+            self.candidates is not None and self.candidates < 1
+        ):
+            raise ConfigError("need 0 <= --prefix-share <= 1 and --candidates >= 1")
+        parse_predictor(self.predictor)
 
     @property
     def accounted_budget(self) -> float:
@@ -120,7 +145,35 @@ class BenchConfig:
 
     @property
     def candidates_per_step(self) -> int:
+        if self.candidates is not None:
+            return self.candidates
         return int(math.ceil(self.pool_factor * self.accounted_budget / self.group_size))
+
+    @property
+    def protocol(self) -> str:
+        return "revisit" if self.revisit else "fresh"
+
+
+#: predictors the bench can build by name (``noisy:RHO`` sets the target Spearman)
+PREDICTOR_NAMES = ("bayes", "features", "empirical", "constant", "critic", "oracle", "noisy:RHO")
+
+
+def parse_predictor(spec: str) -> tuple[str, dict[str, Any]]:
+    """``"noisy:0.9"`` -> ("noisy", {"rho": 0.9}); other names take no options."""
+    name, _, arg = str(spec).partition(":")
+    if name == "noisy":
+        try:
+            rho = float(arg)
+        except ValueError as e:
+            raise ConfigError(
+                f"--predictor noisy:RHO needs a number RHO in (0, 1), got {spec!r}"
+            ) from e
+        if not 0.0 < rho < 1.0:
+            raise ConfigError(f"--predictor noisy:RHO needs RHO in (0, 1), got {rho}")
+        return name, {"rho": rho}
+    if arg:
+        raise ConfigError(f"predictor {name!r} takes no ':' option (got {spec!r})")
+    return name, {}
 
 
 @dataclass
@@ -145,7 +198,8 @@ def _sim_source(cfg: BenchConfig, seed: int) -> _Source:
 
     from trace_gym.sim import PRESETS, SimPolicy
 
-    n = cfg.num_tasks or max(PRESETS[cfg.preset].num_tasks, 2 * cfg.candidates_per_step)
+    need = 0 if cfg.revisit else cfg.steps * cfg.candidates_per_step
+    n = cfg.num_tasks or max(PRESETS[cfg.preset].num_tasks, 2 * cfg.candidates_per_step, need)
     kwargs = dict(preset=cfg.preset, num_tasks=n, seed=seed, drift=cfg.drift)
 
     def factory():
@@ -211,9 +265,22 @@ def _policies(cfg: BenchConfig, has_true_value: bool) -> list[str]:
     return names
 
 
+def _branch_counts(trees: list[RolloutTree]) -> tuple[int, int]:
+    """(nodes with >= 2 children, those whose subtree holds both outcomes): TreeRPO's signal."""
+    branch = mixed = 0
+    for t in trees:
+        t.compute_targets()
+        for n in t.nodes:
+            if len(n.children) >= 2:
+                branch += 1
+                mixed += 0 < n.num_success < n.num_leaves
+    return branch, mixed
+
+
 def _record(
-    name: str, seed: int, step: int, candidates: int, trees: list[RolloutTree], report
-) -> StepRecord:
+    name: str, seed: int, step: int, candidates: int, trees: list[RolloutTree], report,
+    budget: float = math.nan, exact_scored: list | None = None,
+) -> StepRecord:  # fmt: skip
     m = batch_metrics(trees)
     scored = []
     for t in trees:
@@ -221,6 +288,7 @@ def _record(
             if n.value is not None and n.target is not None:
                 tv = math.nan if n.true_value is None else float(n.true_value)
                 scored.append((n.depth, float(n.value), float(n.target), tv))
+    branch, mixed_branch = _branch_counts(trees)
     return StepRecord(
         policy=name,
         seed=seed,
@@ -243,7 +311,25 @@ def _record(
         replays_by_depth=dict(report.replays_by_depth),
         scored=scored,
         prompt_ids=[t.prompt_id for t in trees],
+        branch_nodes=branch,
+        mixed_branch_nodes=mixed_branch,
+        unspent_budget=max(0.0, budget - report.accounted_cost) if budget == budget else math.nan,
+        exact_scored=exact_scored or [],
     )
+
+
+def _rows(cfg: BenchConfig, has_true_value: bool) -> list[tuple[str, str, str]]:
+    """(label, allocation policy, predictor) of every row of the run."""
+    rows = [(n, n, cfg.predictor) for n in _policies(cfg, has_true_value)]
+    for label, alloc, pred in cfg.rows:
+        if not has_true_value and (
+            alloc in ("oracle", "first_visit") or pred.startswith(("oracle", "noisy"))
+        ):
+            log.warning("dropping row %r: this env has no exact true values", label)
+            continue
+        parse_predictor(pred)
+        rows.append((label, alloc, pred))
+    return rows
 
 
 def run_bench(cfg: BenchConfig) -> BenchResult:
@@ -256,28 +342,35 @@ def run_bench(cfg: BenchConfig) -> BenchResult:
     bar = None
     for seed in range(cfg.seeds):
         source = _env_source(cfg, seed) if cfg.env_id else _sim_source(cfg, seed)
-        names = _policies(cfg, source.has_true_value)
+        rows = _rows(cfg, source.has_true_value)
         if bar is None and tqdm is not None:
-            total = cfg.seeds * len(names) * cfg.steps
+            total = cfg.seeds * len(rows) * cfg.steps
             bar = tqdm(
                 total=total,
                 desc=f"bench alloc {cfg.env_id or cfg.preset}",
                 file=sys.stderr,
                 disable=not cfg.progress,
             )
-        pools = candidate_pools(cfg, source, seed)
-        for name in names:
-            for step, trees, report in run_policy(cfg, source, name, seed, pools):
-                record = _record(name, seed, step, len(pools[step]), trees, report)
+        pools = (
+            candidate_pools(cfg, source, seed) if cfg.revisit else fresh_pools(cfg, source, seed)
+        )
+        for label, name, pred in rows:
+            runs = run_policy(cfg, source, name, seed, pools, predictor=pred, exact_log=True)
+            for step, trees, report, exact in runs:
+                record = _record(
+                    label, seed, step, len(pools[step]), trees, report, cfg.accounted_budget, exact
+                )
                 records.append(record)
                 if bar is not None:
-                    bar.set_postfix_str(f"{name} eff={record.effective_ratio:.0%}")
+                    bar.set_postfix_str(f"{label} eff={record.effective_ratio:.0%}")
                     bar.update(1)
     if bar is not None:
         bar.close()
-    summary = summarize(records)
+    summary = summarize(records, no_predictor=_no_predictor_rows(cfg))
     summary["config"] = _config_dict(cfg)
-    summary["goals"] = goals(summary, cfg)
+    summary["protocol"] = _protocol(cfg)
+    summary["calibration"] = _calibration(cfg)
+    summary["goals"] = goals(summary, cfg, records)
     return BenchResult(cfg, summary, records)
 
 
@@ -294,14 +387,75 @@ def candidate_pools(cfg: BenchConfig, source: _Source, seed: int) -> list[list[A
     ]
 
 
-def run_policy(
-    cfg: BenchConfig, source: _Source, name: str, seed: int, pools: list[list[Any]]
-) -> Iterator[tuple[int, list[RolloutTree], Any]]:
-    """(step, trees, report) of one policy over the shared pools, at the harness's equal cost."""
+def fresh_pools(cfg: BenchConfig, source: _Source, seed: int) -> list[list[Any]]:
+    """Each step's candidates, disjoint across steps: no prompt is ever offered twice."""
+    n_cand = cfg.candidates_per_step
+    need = cfg.steps * n_cand
+    if len(source.task_ids) < need:
+        raise ConfigError(
+            f"fresh prompts need {cfg.steps} steps x {n_cand} candidates = {need} tasks, the pool "
+            f"has {len(source.task_ids)}; raise --num-tasks or pass --revisit"
+        )
+    order = np.random.default_rng(stable_seed("bench-fresh", seed)).permutation(
+        len(source.task_ids)
+    )
+    ids = [source.task_ids[i] for i in order[:need]]
+    return [ids[s * n_cand : (s + 1) * n_cand] for s in range(cfg.steps)]
+
+
+def _make_allocator(cfg: BenchConfig, name: str):
     from trace_gym.alloc import make_allocator
+
+    if name == "first_visit":
+        from trace_gym.bench.first_visit import FirstVisitAllocator
+
+        return FirstVisitAllocator(m_max=cfg.m_max, group_size=cfg.group_size)
+    return make_allocator(name, m_max=cfg.m_max, group_size=cfg.group_size)
+
+
+class _Recorder:
+    """A predictor wrapper that keeps every state it was asked about and the answer."""
+
+    def __init__(self, inner):
+        self.inner = inner
+        self.log: list[tuple[str, tuple[str, ...], float]] = []
+
+    def predict(self, states):
+        v = self.inner.predict(states)
+        self.log += [
+            (s.prompt_id, tuple(a for a, _ in s.turns), float(x))
+            for s, x in zip(states, v, strict=True)
+        ]
+        return v
+
+    def update(self, *args, **kwargs):
+        return self.inner.update(*args, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+
+def _exact_scores(cfg: BenchConfig, log_: list, step: int) -> list[tuple[int, float, float]]:
+    """(depth, predicted, exact) of every state scored in a step (the simulator only)."""
+    from trace_gym.sim import get_preset, skill_at, true_value
+
+    skill = skill_at(get_preset(cfg.preset), step, cfg.drift)
+    return [(len(acts), v, true_value(pid, acts, skill=skill)) for pid, acts, v in log_]
+
+
+def run_policy(
+    cfg: BenchConfig, source: _Source, name: str, seed: int, pools: list[list[Any]],
+    predictor: str | None = None, exact_log: bool = False,
+) -> Iterator[tuple]:  # fmt: skip
+    """(step, trees, report) of one policy over the shared pools, at the harness's equal cost.
+
+    With `exact_log` (the simulator only) each item also carries the (depth, predicted,
+    exact) triple of every state the predictor scored: every candidate at depth 0, every
+    visited prefix deeper.
+    """
     from trace_gym.predict import make_predictor
 
-    allocator = make_allocator(name, m_max=cfg.m_max, group_size=cfg.group_size)
+    allocator = _make_allocator(cfg, name)
     branching = bool(getattr(allocator, "branching", True))
     rcfg = RunnerConfig(
         root_budget=cfg.roots if branching else cfg.flat_roots,
@@ -309,16 +463,68 @@ def run_policy(
         m_max=cfg.m_max,
         max_batch=cfg.max_batch,
         seed=seed,
+        prefix_share=cfg.prefix_share,
     )
-    runner = BranchingRunner(
-        source.make_policy(), source.env_factory, allocator, make_predictor(cfg.predictor), rcfg
-    )
+    pname, pkw = parse_predictor(predictor or cfg.predictor)
+    exact = exact_log and source.has_true_value and cfg.env_id is None
+    pred = _Recorder(make_predictor(pname, **pkw)) if exact else make_predictor(pname, **pkw)
+    runner = BranchingRunner(source.make_policy(), source.env_factory, allocator, pred, rcfg)
     try:
         for step, pool in enumerate(pools):
+            if exact and hasattr(pred.inner, "skill"):  # the reference predictors track drift
+                from trace_gym.sim import get_preset, skill_at
+
+                pred.inner.skill = skill_at(get_preset(cfg.preset), step, cfg.drift)
             trees, report = runner.run_step(step, [str(t) for t in pool])
-            yield step, trees, report
+            if not exact_log:
+                yield step, trees, report
+                continue
+            scores = _exact_scores(cfg, pred.log, step) if exact else []
+            if exact:
+                pred.log = []
+            yield step, trees, report, scores
     finally:
         runner.close()
+
+
+def _no_predictor_rows(cfg: BenchConfig) -> set[str]:
+    """Rows whose predictor figures mean nothing: the oracle allocator, oracle predictors."""
+    out = {"oracle"}
+    if cfg.predictor == "oracle":
+        out |= set(cfg.policies) | {p for p in POLICY_ORDER}
+    out |= {label for label, _, pred in cfg.rows if pred == "oracle"}
+    return out
+
+
+def _protocol(cfg: BenchConfig) -> dict[str, Any]:
+    return {
+        "prompts": cfg.protocol,
+        "steps": cfg.steps,
+        "seeds": cfg.seeds,
+        "roots": cfg.roots,
+        "replays_per_root": cfg.replays,
+        "accounted_budget": cfg.accounted_budget,
+        "candidates_per_step": cfg.candidates_per_step,
+        "predictor": cfg.predictor,
+        "prefix_share": cfg.prefix_share,
+        "drift": cfg.drift,
+        "ci": "95% Student t over seeds" if cfg.seeds > 1 else "95% Student t over steps (1 seed)",
+    }
+
+
+def _calibration(cfg: BenchConfig) -> dict[str, Any]:
+    if cfg.env_id is not None:
+        return {"resolved_share": None, "preset": None}
+    from trace_gym.sim import get_preset
+    from trace_gym.sim.exact import preset_stats
+
+    p = get_preset(cfg.preset)
+    return {
+        "preset": cfg.preset,
+        "preset_name": p.name,
+        "resolved_share": p.resolved_share,
+        "resolved_share_measured": preset_stats(p, 400).resolved_share,
+    }
 
 
 def _config_dict(cfg: BenchConfig) -> dict[str, Any]:
@@ -333,7 +539,29 @@ def _config_dict(cfg: BenchConfig) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------------- goals
-def goals(summary: dict[str, Any], cfg: BenchConfig) -> list[dict[str, Any]]:
+def paired_difference(records: Sequence[StepRecord], a: str, b: str, key: str = "effective_ratio"):
+    """Mean and 95% CI half-width of (a - b) per seed (steps averaged within a seed)."""
+    from trace_gym.bench.report import mean_ci
+
+    def per_seed(name: str) -> dict[int, float]:
+        out: dict[int, list[float]] = {}
+        for r in records:
+            if r.policy == name:
+                out.setdefault(r.seed, []).append(r.metrics[key])
+        return {s: float(np.mean(v)) for s, v in out.items()}
+
+    pa, pb = per_seed(a), per_seed(b)
+    seeds = sorted(set(pa) & set(pb))
+    if len(seeds) < 2:  # one seed: pair the steps instead
+        xa = [r.metrics[key] for r in records if r.policy == a]
+        xb = [r.metrics[key] for r in records if r.policy == b]
+        return mean_ci([x - y for x, y in zip(xa, xb, strict=False)])
+    return mean_ci([pa[s] - pb[s] for s in seeds])
+
+
+def goals(
+    summary: dict[str, Any], cfg: BenchConfig, records: Sequence[StepRecord] = ()
+) -> list[dict[str, Any]]:
     """The issue's goals, measured (reported, never asserted)."""
     p = summary["policies"]
     out: list[dict[str, Any]] = []
@@ -345,47 +573,73 @@ def goals(summary: dict[str, Any], cfg: BenchConfig) -> list[dict[str, Any]]:
         t, g = p["trace"], p["grpo"]
         ratio = t["effective_ratio"] / g["effective_ratio"] if g["effective_ratio"] else math.inf
         add(
-            "TRACE effective ratio >= 2x GRPO's (paper math: 26.8% -> 60.6%)",
-            f"{t['effective_ratio']:.1%} vs {g['effective_ratio']:.1%} ({ratio:.2f}x)",
-            ratio >= 2.0,
-        )
-        add(
-            "TRACE mixed groups per measured turn >= GRPO's",
-            f"{t['mixed_per_kturn']:.2f} vs {g['mixed_per_kturn']:.2f} per 1k turns",
-            t["mixed_per_kturn"] >= g["mixed_per_kturn"],
+            "TRACE effective ratio >= 2.2x GRPO's, with more mixed groups per TE (paper math: 26.8% -> 60.6%)",
+            f"{t['effective_ratio']:.1%} vs {g['effective_ratio']:.1%} ({ratio:.2f}x); "
+            f"mixed/TE {t['mixed_per_te']:.3f} vs {g['mixed_per_te']:.3f}",
+            ratio >= 2.2 and t["mixed_per_te"] > g["mixed_per_te"],
         )
     if "trace" in p and "treepo" in p:
-        d = p["trace"]["effective_ratio"] - p["treepo"]["effective_ratio"]
+        d, h = paired_difference(records, "trace", "treepo") if records else (math.nan, math.nan)
         add(
-            "TRACE >= 8 points above random branching (paper hotpotqa 1024x2: 42.8% -> 52.3%)",
-            f"{p['trace']['effective_ratio']:.1%} vs {p['treepo']['effective_ratio']:.1%} ({100 * d:+.1f} points)",
-            d >= 0.08,
+            "TRACE >= +10 points over random branching at this shape (paper hotpotqa: +9.5..+10.2)",
+            f"{p['trace']['effective_ratio']:.1%} vs {p['treepo']['effective_ratio']:.1%} ({100 * d:+.1f} ± {100 * h:.1f} points)",
+            d >= 0.10,
         )
-    if "trace" in p and "oracle" in p:
-        t = p["trace"]
-        add(
-            "learned-predictor TRACE >= 90% of the oracle (effective ratio and mixed groups)",
-            f"{t['oracle_gap']:.0%} of effective ratio, {t['oracle_gap_mixed']:.0%} of mixed groups",
-            t["oracle_gap"] >= 0.9 and t["oracle_gap_mixed"] >= 0.9,
-        )
-    order = ["trace", "trace_roots_random_prefixes", "uniform_roots_trace_prefixes", "treepo"]
-    if all(k in p for k in order):
-        e = {k: p[k]["effective_ratio"] for k in order}
-        met = (
-            e["trace"] > max(e[order[1]], e[order[2]])
-            and min(e[order[1]], e[order[2]]) > e["treepo"]
-        )
-        add(
-            "ablation: adaptive/adaptive > each single stage > random/uniform (paper: 52.3 > 49.1, 47.3 > 42.8)",
-            ", ".join(f"{k}={v:.1%}" for k, v in e.items()),
-            met,
-        )
+    out += _stage_goals(p, records)
     if "trace" in p:
         t = p["trace"]
         add(
             "candidates skipped and rollouts per selected prompt (paper bfcl: 65-71% skipped, 5-7 rollouts)",
             f"{t['skipped_share']:.0%} skipped, {t['rollouts_per_prompt']:.1f} rollouts per selected prompt",
             None,
+        )
+    return out
+
+
+def _stage_goals(p: dict[str, Any], records: Sequence[StepRecord]) -> list[dict[str, Any]]:
+    """The ablation, first-visit and predictor-depth goals (those whose rows ran)."""
+    out: list[dict[str, Any]] = []
+
+    def add(goal: str, measured: str, met: bool | None) -> None:
+        out.append({"goal": goal, "measured": measured, "met": met})
+
+    order = ["trace", "trace_roots_random_prefixes", "uniform_roots_trace_prefixes", "treepo"]
+    if all(k in p for k in order):
+        e = {k: p[k]["effective_ratio"] for k in order}
+        d, h = paired_difference(records, "trace", order[1]) if records else (math.nan, math.nan)
+        met = (
+            e["trace"] > max(e[order[1]], e[order[2]])
+            and min(e[order[1]], e[order[2]]) > e["treepo"]
+            and d >= 0.03
+            and d - h > 0
+        )
+        add(
+            "ablation: adaptive/adaptive > each single stage > uniform/uniform, adaptive prefixes >= +3 points "
+            "over random ones under adaptive roots, CI excluding 0 (paper: 52.3 > 49.1, 47.3 > 42.8)",
+            ", ".join(f"{k}={v:.1%}" for k, v in e.items())
+            + f"; prefixes {100 * d:+.1f} ± {100 * h:.1f} points",
+            met,
+        )
+    if "trace" in p and "first_visit" in p:
+        t, f = p["trace"], p["first_visit"]
+        share = t["mixed_per_te"] / f["mixed_per_te"] if f["mixed_per_te"] else math.nan
+        oracle = (
+            f"; {t['mixed_per_te'] / p['oracle']['mixed_per_te']:.0%} of the oracle's"
+            if "oracle" in p
+            else ""
+        )
+        add(
+            "learned TRACE mixed groups per TE >= 95% of the first-visit reference's",
+            f"{t['mixed_per_te']:.3f} vs {f['mixed_per_te']:.3f} ({share:.0%}){oracle}",
+            share >= 0.95,
+        )
+    err = p.get("trace", {}).get("prediction_error_by_depth") or {}
+    if "0" in err and "4" in err:
+        e0, e4 = err["0"]["mse"], err["4"]["mse"]
+        add(
+            "learned predictor's error vs exact Z at depth 4 <= half its depth-0 error (paper critic: ~1/3)",
+            f"MSE d0 {e0:.4f}, d4 {e4:.4f} ({e4 / e0:.2f}x)",
+            e4 <= 0.5 * e0,
         )
     return out
 
@@ -410,26 +664,73 @@ def parse_shapes(text: str) -> list[tuple[int, float]]:
     return out
 
 
+SHAPE_COLUMNS = (
+    "effective_ratio",
+    "effective_ratio_ci",
+    "mixed_groups",
+    "mixed_per_te",
+    "contrastive_pairs",
+    "pairs_per_cost",
+    "pairs_per_kturn",
+    "mixed_branch_share",
+    "measured_turns",
+    "distinct_prompts",
+)
+
+#: prompts per step of the budget-shape protocol at our CPU scale
+SHAPE_PROMPTS = 32
+
+
 def run_shapes(
+    cfg: BenchConfig,
+    shapes: Sequence[tuple[int, float]],
+    policies: Sequence[str],
+    scale: float = 0.5,
+    prompts: int = SHAPE_PROMPTS,
+) -> dict[str, Any]:
+    """The paper's budget-shape protocol: a fixed number of prompts and a fixed pool.
+
+    Shape ``MxN`` (the paper's M roots, N replays per root) runs with ``round(M * scale)``
+    roots and N replays per root. Fixed-group policies take `prompts` prompts per step
+    with ``roots / prompts`` roots each; every policy sees the same candidates per step
+    (``pool_factor * prompts``, whatever the shape), so a deeper shape varies roots per
+    prompt and replays per root, not how many prompts there are.
+    """
+    n_cand = int(math.ceil(cfg.pool_factor * prompts))
+    out = {}
+    for m, n in shapes:
+        roots = int(round(m * scale))
+        group = roots // prompts
+        if group < 2 or group > cfg.m_max:
+            raise ConfigError(
+                f"shape {m}x{n:g} at --scale {scale:g} gives {roots} roots = {group} per prompt "
+                f"for {prompts} prompts; need 2..{cfg.m_max} (change --scale)"
+            )
+        sub = BenchConfig(**{**cfg.__dict__, "roots": roots, "replays": n, "group_size": group,
+                             "candidates": n_cand, "policies": tuple(policies), "rows": ()})  # fmt: skip
+        rows = run_bench(sub).summary["policies"]
+        out[f"{m}x{n:g}"] = {
+            "roots": roots,
+            "roots_per_prompt": group,
+            "candidates_per_step": n_cand,
+            "accounted_budget": sub.accounted_budget,
+            "policies": {k: {c: rows[k][c] for c in SHAPE_COLUMNS} for k in policies},
+        }
+    return out
+
+
+def run_shapes_fixed_group(
     cfg: BenchConfig,
     shapes: Sequence[tuple[int, float]],
     policies: Sequence[str],
     reuse: BenchResult | None = None,
 ) -> dict[str, Any]:
-    """The same policies at several (M, N) budget shapes; returns shape -> summary rows.
+    """The v1 comparison: (M, N) shapes at the run's fixed group size (so a deeper shape
+    gets fewer prompts); shape -> summary rows.
 
     A shape equal to `reuse`'s (M, N) takes its rows from `reuse` instead of rerunning.
     """
-    cols = (
-        "effective_ratio",
-        "effective_ratio_ci",
-        "mixed_groups",
-        "contrastive_pairs",
-        "pairs_per_cost",
-        "pairs_per_kturn",
-        "measured_turns",
-        "distinct_prompts",
-    )
+    cols = SHAPE_COLUMNS
     out = {}
     for m, n in shapes:
         sub = BenchConfig(**{**cfg.__dict__, "roots": m, "replays": n, "policies": tuple(policies)})
@@ -445,13 +746,14 @@ def run_shapes(
     return out
 
 
-def format_shapes(shapes: dict[str, Any]) -> str:
-    lines = ["budget shape (equal accounted cost)   eff      mixed   pairs/TE  pairs/kturn"]
+def format_shapes(shapes: dict[str, Any], title: str = "budget shape") -> str:
+    lines = [f"{title} (equal accounted cost)   eff         mixed  mixed/TE  pairs/TE  mixed-br"]
     for shape, d in shapes.items():
         for name, r in d["policies"].items():
+            ci = r.get("effective_ratio_ci") or 0.0
             lines.append(
-                f"  {shape:>9} ({d['accounted_budget']:.0f} TE) {name:<12} {r['effective_ratio']:6.1%}  "
-                f"{r['mixed_groups']:7.1f}  {r['pairs_per_cost']:8.2f}  {r['pairs_per_kturn']:10.0f}"
+                f"  {shape:>9} ({d['accounted_budget']:.0f} TE) {name:<12} {r['effective_ratio']:6.1%}±{100 * ci:4.1f} "
+                f"{r['mixed_groups']:7.1f}  {r['mixed_per_te']:8.3f}  {r['pairs_per_cost']:8.2f}  {r['mixed_branch_share']:7.0%}"
             )
     return "\n".join(lines)
 
@@ -479,8 +781,47 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--predictor",
         default="bayes",
-        choices=("bayes", "features", "empirical", "constant"),
-        help="predictor every policy learns online (default bayes: the features text model + per-prompt visit counts)",
+        help="predictor every policy learns online: bayes (default: the features text model + "
+        "per-prompt visit counts), features, empirical, constant, critic; or the references "
+        "oracle (exact values) and noisy:RHO (exact values with noise sized to Spearman RHO)",
+    )
+    _protocol_args(p)
+    _output_args(p)
+    return p
+
+
+def _protocol_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--revisit",
+        action="store_true",
+        help="v1 protocol: prompts recur (default: fresh prompts every step)",
+    )
+    p.add_argument(
+        "--prefix-share",
+        type=float,
+        default=0.06,
+        help="prefix share of predictor batches (default 0.06)",
+    )
+    p.add_argument(
+        "--candidates",
+        type=int,
+        default=None,
+        help="candidates per step (default: pool factor x fixed-group prompts)",
+    )
+    p.add_argument(
+        "--noisy-curve",
+        default="",
+        help="add TRACE rows with noisy:RHO predictors, e.g. 0.95,0.9,0.8,0.7",
+    )
+    p.add_argument(
+        "--reference",
+        action="store_true",
+        help="add the first-visit reference row (exact posterior given the prompt's clues)",
+    )
+    p.add_argument(
+        "--oracle-predictor-row",
+        action="store_true",
+        help="add a TRACE row with the oracle predictor",
     )
     p.add_argument("--group-size", type=int, default=8, help="group size of fixed-group policies")
     p.add_argument("--m-max", type=int, default=16, help="most root rollouts per prompt")
@@ -492,8 +833,26 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--num-tasks", type=int, default=None, help="task pool size (simulator)")
     p.add_argument("--max-batch", type=int, default=None, help="most live episodes per policy call")
-    p.add_argument("--shapes", default="", help="also compare budget shapes, e.g. 1024x2,512x6")
+    p.add_argument(
+        "--shapes",
+        default="",
+        help="also compare budget shapes at 32 prompts per step and a fixed pool, e.g. 512x2,512x6,1024x2",
+    )
+    p.add_argument(
+        "--scale",
+        type=float,
+        default=0.5,
+        help="--shapes: roots = M x scale (default 0.5: 512x2 -> 256 roots, 8 per prompt)",
+    )
+    p.add_argument(
+        "--shapes-fixed-group",
+        default="",
+        help="the v1 comparison: shapes at the fixed --group-size (fewer prompts when deeper)",
+    )
     p.add_argument("--shape-policies", default="treepo,trace", help="policies for --shapes")
+
+
+def _output_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--env", default=None, help="a registered env id instead of the simulator")
     p.add_argument("--policy", default=None, choices=("scripted",), help="policy for --env")
     p.add_argument("--env-kwargs", default="{}", help="JSON kwargs for --env")
@@ -514,7 +873,52 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--latency", type=float, default=0.02, help="--ray: seconds per policy call")
     p.add_argument("--ray-workers", default="1,2", help="--ray: worker counts to compare")
     p.add_argument("--ray-steps", type=int, default=3, help="--ray: timed steps per setting")
-    return p
+
+
+def _extra_rows(args: argparse.Namespace) -> tuple[tuple[str, str, str], ...]:
+    rows = []
+    for rho in [x.strip() for x in args.noisy_curve.split(",") if x.strip()]:
+        rows.append((f"trace@noisy:{rho}", "trace", f"noisy:{rho}"))
+    if args.oracle_predictor_row:
+        rows.append(("trace@oracle", "trace", "oracle"))
+    if args.reference:
+        rows.append(("first_visit", "first_visit", args.predictor))
+    return tuple(rows)
+
+
+def _config(args: argparse.Namespace) -> BenchConfig:
+    return BenchConfig(
+        preset=args.preset,
+        drift=args.drift,
+        steps=args.steps,
+        roots=args.roots,
+        replays=args.replays,
+        seeds=args.seeds,
+        policies=tuple(x.strip() for x in args.policies.split(",") if x.strip()),
+        predictor=args.predictor,
+        group_size=args.group_size,
+        m_max=args.m_max,
+        pool_factor=args.pool_factor,
+        num_tasks=args.num_tasks,
+        max_batch=args.max_batch,
+        env_id=args.env,
+        policy=args.policy or ("scripted" if args.env else "sim"),
+        env_kwargs=json.loads(args.env_kwargs),
+        progress=not args.no_progress,
+        revisit=args.revisit,
+        prefix_share=args.prefix_share,
+        candidates=args.candidates,
+        rows=_extra_rows(args),
+    )
+
+
+def _title(cfg: BenchConfig) -> str:
+    return (
+        f"{cfg.env_id or 'trace/Sim-v0 ' + cfg.preset}{' (drift)' if cfg.drift else ''}: "
+        f"{cfg.steps} steps x {cfg.seeds} seed(s), {cfg.protocol} prompts, M={cfg.roots} N={cfg.replays:g} "
+        f"({cfg.accounted_budget:.0f} trajectory-equivalents per step; flat policies {cfg.flat_roots} roots), "
+        f"{cfg.candidates_per_step} candidates per step, predictor={cfg.predictor}"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -525,57 +929,77 @@ def main(argv: list[str] | None = None) -> int:
 
         return main_from_alloc_args(args)
     try:
-        cfg = BenchConfig(
-            preset=args.preset,
-            drift=args.drift,
-            steps=args.steps,
-            roots=args.roots,
-            replays=args.replays,
-            seeds=args.seeds,
-            policies=tuple(x.strip() for x in args.policies.split(",") if x.strip()),
-            predictor=args.predictor,
-            group_size=args.group_size,
-            m_max=args.m_max,
-            pool_factor=args.pool_factor,
-            num_tasks=args.num_tasks,
-            max_batch=args.max_batch,
-            env_id=args.env,
-            policy=args.policy or ("scripted" if args.env else "sim"),
-            env_kwargs=json.loads(args.env_kwargs),
-            progress=not args.no_progress,
-        )
+        cfg = _config(args)
         shapes = parse_shapes(args.shapes) if args.shapes else []
+        fixed = parse_shapes(args.shapes_fixed_group) if args.shapes_fixed_group else []
+        if args.scale <= 0:
+            raise ConfigError(f"--scale must be > 0, got {args.scale}")
         result = run_bench(cfg)
-    except (ConfigError, DependencyNotInstalled) as e:
-        print(f"trace-gym bench alloc: {e}", file=sys.stderr)
-        return 2
-    s = result.summary
-    title = (
-        f"{cfg.env_id or 'trace/Sim-v0 ' + cfg.preset}{' (drift)' if cfg.drift else ''}: "
-        f"{cfg.steps} steps x {cfg.seeds} seed(s), M={cfg.roots} N={cfg.replays:g} "
-        f"({cfg.accounted_budget:.0f} trajectory-equivalents per step; flat policies {cfg.flat_roots} roots), "
-        f"{cfg.candidates_per_step} candidates per step, predictor={cfg.predictor}"
-    )
-    print(format_table(s, title))
-    print(
-        "(eff: mean over steps; ± 95% CI over "
-        + next(iter(s["policies"].values()))["ci_over"]
-        + ")"
-    )
-    print(format_quality(s, [n for n in ("trace", "oracle") if n in s["policies"]]))
-    if s.get("oracle_effective_ratio") is not None:
-        print(f"oracle effective ratio: {s['oracle_effective_ratio']:.1%}")
-    print("goals:\n" + format_goals(s["goals"]))
-    if shapes:
+        s = result.summary
         pols = [x.strip() for x in args.shape_policies.split(",") if x.strip()]
-        s["budget_shapes"] = run_shapes(cfg, shapes, pols, reuse=result)
-        print(format_shapes(s["budget_shapes"]))
+        if shapes:
+            s["budget_shapes"] = run_shapes(cfg, shapes, pols, scale=args.scale)
+            s["goals"] += shape_goals(s["budget_shapes"])
+        if fixed:
+            s["budget_shapes_fixed_group"] = run_shapes_fixed_group(cfg, fixed, pols, reuse=result)
+    except (ConfigError, DependencyNotInstalled, json.JSONDecodeError) as e:
+        print(f"trace-gym bench alloc: {e}".splitlines()[0], file=sys.stderr)
+        return 2
+    _print_report(cfg, s)
     for path in write_outputs(s, result.records, json_path=args.json, out_dir=args.out):
         print(f"wrote {path}")
     if args.out is not None:  # index.html beside the files: tables, plots and this command
         cmd = ["trace-gym", "bench", "alloc", *(sys.argv[1:] if argv is None else argv)]
         print(f"wrote {write_index(args.out, 'trace-gym bench alloc', cmd, summary=s, notes=[title])}")
     return 0
+
+
+def shape_goals(shapes: dict[str, Any]) -> list[dict[str, Any]]:
+    """TRACE >= +10 points over random branching at every budget shape."""
+    cells, met = [], True
+    for shape, d in shapes.items():
+        pol = d["policies"]
+        if "trace" not in pol or "treepo" not in pol:
+            return []
+        diff = pol["trace"]["effective_ratio"] - pol["treepo"]["effective_ratio"]
+        cells.append(f"{shape}: {100 * diff:+.1f}")
+        met = met and diff >= 0.10
+    return [{
+        "goal": "TRACE >= +10 points over TreePO random branching at each shape (paper: +10.2, +10.1, +9.5)",
+        "measured": ", ".join(cells) + " points",
+        "met": met,
+    }]  # fmt: skip
+
+
+def _print_report(cfg: BenchConfig, s: dict[str, Any]) -> None:
+    print(format_table(s, _title(cfg)))
+    print(
+        "(eff: mean over steps; ± 95% CI over "
+        + next(iter(s["policies"].values()))["ci_over"]
+        + ")"
+    )
+    cal = s.get("calibration") or {}
+    if cal.get("resolved_share_measured") is not None:
+        print(
+            f"preset {cal['preset']} ({cal['preset_name']}): resolved share {cal['resolved_share_measured']:.2f}"
+        )
+    print(format_curves(s))
+    print(format_curves(s, "mixed_per_te"))
+    quality = format_quality(
+        s, [n for n in ("trace",) if s["policies"].get(n, {}).get("predictor_quality")]
+    )
+    if quality:
+        print(quality)
+    err = format_error(s)
+    if err:
+        print(err)
+    if s.get("oracle_effective_ratio") is not None:
+        print(f"oracle effective ratio: {s['oracle_effective_ratio']:.1%}")
+    if s.get("budget_shapes"):
+        print(format_shapes(s["budget_shapes"], "budget shape, 32 prompts per step"))
+    if s.get("budget_shapes_fixed_group"):
+        print(format_shapes(s["budget_shapes_fixed_group"], "budget shape, fixed group size (v1)"))
+    print("goals:\n" + format_goals(s["goals"]))
 
 
 if __name__ == "__main__":

@@ -19,14 +19,27 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["StepRecord", "mean_ci", "spearman", "summarize", "format_table", "write_outputs"]
+__all__ = [
+    "StepRecord",
+    "format_curves",
+    "format_error",
+    "format_table",
+    "mean_ci",
+    "prediction_error",
+    "spearman",
+    "summarize",
+    "write_outputs",
+]
 
 #: summary columns, in table order: (key, header, format)
 COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("effective_ratio", "eff", "{:.1%}"),
     ("mixed_groups", "mixed", "{:.1f}"),
+    ("mixed_per_te", "mixed/TE", "{:.3f}"),
     ("contrastive_pairs", "pairs", "{:.0f}"),
     ("pairs_per_cost", "pairs/TE", "{:.2f}"),
+    ("mixed_branch_share", "mixed-br", "{:.0%}"),
+    ("distinct_prompts_total", "prompts/run", "{:.0f}"),
     ("pairs_per_kturn", "pairs/kturn", "{:.0f}"),
     ("mixed_per_kturn", "mixed/kturn", "{:.2f}"),
     ("distinct_prompts", "prompts", "{:.1f}"),
@@ -70,6 +83,14 @@ class StepRecord:
     scored: list[tuple[int, float, float, float]] = field(default_factory=list, repr=False)
     #: ids of the prompts trained on
     prompt_ids: list[str] = field(default_factory=list, repr=False)
+    #: nodes with two or more children, and those whose subtree holds both outcomes
+    branch_nodes: int = 0
+    mixed_branch_nodes: int = 0
+    #: accounted budget (trajectory-equivalents) the policy left unspent
+    unspent_budget: float = 0.0
+    #: (depth, predicted, exact) of every state the predictor scored (simulator only):
+    #: every candidate at depth 0, every visited prefix deeper
+    exact_scored: list[tuple[int, float, float]] = field(default_factory=list, repr=False)
 
     @property
     def metrics(self) -> dict[str, float]:
@@ -80,6 +101,11 @@ class StepRecord:
             "mixed_anchors": self.mixed_anchors,
             "contrastive_pairs": self.contrastive_pairs,
             "pairs_per_cost": self.contrastive_pairs / self.cost if self.cost else math.nan,
+            "mixed_per_te": self.mixed_groups / self.cost if self.cost else math.nan,
+            "mixed_branch_share": self.mixed_branch_nodes / self.branch_nodes
+            if self.branch_nodes
+            else math.nan,
+            "unspent_budget": self.unspent_budget,
             "pairs_per_kturn": 1000.0 * self.contrastive_pairs / turns,
             "mixed_per_kturn": 1000.0 * self.mixed_groups / turns,
             "distinct_prompts": self.distinct_prompts,
@@ -158,45 +184,82 @@ def predictor_quality(records: Sequence[StepRecord]) -> dict[int, dict[str, floa
     return out
 
 
-def summarize(records: Sequence[StepRecord], *, oracle: str = "oracle") -> dict[str, Any]:
-    """One summary per policy (mean, ci, per-step series, depth profile, predictor quality)."""
+def prediction_error(records: Sequence[StepRecord]) -> dict[str, dict[str, float]]:
+    """Squared error and Spearman of the predictions against exact Z, by depth.
+
+    Depth 0 holds every candidate scored (selected or not), deeper depths every visited
+    prefix; the predictions are the ones the allocator used (before the step's update).
+    """
+    by_depth: dict[int, list[tuple[float, float]]] = defaultdict(list)
+    for r in records:
+        for depth, v, z in r.exact_scored:
+            by_depth[int(depth)].append((v, z))
+    out = {}
+    for d, rows in sorted(by_depth.items()):
+        a = np.asarray(rows, dtype=float)
+        out[str(d)] = {
+            "n": int(a.shape[0]),
+            "mse": float(np.mean((a[:, 0] - a[:, 1]) ** 2)),
+            "spearman": spearman(a[:, 0], a[:, 1]),
+        }
+    return out
+
+
+def _policy_row(recs: list[StepRecord], has_pred: bool) -> dict[str, Any]:
+    """One policy's summary row: means, CIs, per-step series, depth profile, predictor figures."""
+    seeds = sorted({r.seed for r in recs})
+    keys = list(recs[0].metrics)
+    per_seed = {
+        k: [float(np.nanmean([r.metrics[k] for r in recs if r.seed == s])) for s in seeds]
+        for k in keys
+    }
+    over = "seeds" if len(seeds) > 1 else "steps"
+    row: dict[str, Any] = {
+        "ci_over": over,
+        "seeds": len(seeds),
+        "steps": len(recs) // len(seeds),
+    }
+    for k in keys:
+        vals = per_seed[k] if over == "seeds" else [r.metrics[k] for r in recs]
+        mean, half = mean_ci(vals)
+        row[k] = float(np.mean(per_seed[k]))
+        row[k + "_ci"] = half if not math.isnan(mean) else math.nan
+    steps = sorted({r.step for r in recs})
+    for key in ("effective_ratio", "mixed_groups", "mixed_per_te", "pairs_per_cost"):
+        row[f"{key}_by_step"] = [
+            float(np.mean([r.metrics[key] for r in recs if r.step == s])) for s in steps
+        ]
+    row["effective_ratio_ci95"] = row["effective_ratio_ci"]
+    row["pairs_per_te"] = row["pairs_per_cost"]
+    depth: dict[int, int] = defaultdict(int)
+    for r in recs:
+        for d, c in r.replays_by_depth.items():
+            depth[int(d)] += c
+    row["replays_by_depth"] = {str(d): c for d, c in sorted(depth.items())}
+    row["predictor_quality"] = (
+        {str(d): q for d, q in predictor_quality(recs).items()} if has_pred else {}
+    )
+    row["prediction_error_by_depth"] = prediction_error(recs) if has_pred else {}
+    # distinct prompts over the whole run (per seed)
+    row["distinct_prompts_total"] = len({(r.seed, p) for r in recs for p in r.prompt_ids}) / len(
+        seeds
+    )
+    return row
+
+
+def summarize(
+    records: Sequence[StepRecord], *, oracle: str = "oracle", no_predictor: set[str] = frozenset()
+) -> dict[str, Any]:
+    """One summary per policy (mean, ci, per-step series, depth profile, predictor quality).
+
+    Rows in `no_predictor` (the oracle, runs on exact values) get no predictor figures.
+    """
     by_policy: dict[str, list[StepRecord]] = defaultdict(list)
     for r in records:
         by_policy[r.policy].append(r)
-    policies: dict[str, Any] = {}
-    for name, recs in by_policy.items():
-        seeds = sorted({r.seed for r in recs})
-        keys = list(recs[0].metrics)
-        per_seed = {
-            k: [float(np.nanmean([r.metrics[k] for r in recs if r.seed == s])) for s in seeds]
-            for k in keys
-        }
-        over = "seeds" if len(seeds) > 1 else "steps"
-        row: dict[str, Any] = {
-            "ci_over": over,
-            "seeds": len(seeds),
-            "steps": len(recs) // len(seeds),
-        }
-        for k in keys:
-            vals = per_seed[k] if over == "seeds" else [r.metrics[k] for r in recs]
-            mean, half = mean_ci(vals)
-            row[k] = float(np.mean(per_seed[k]))
-            row[k + "_ci"] = half if not math.isnan(mean) else math.nan
-        steps = sorted({r.step for r in recs})
-        row["effective_ratio_by_step"] = [
-            float(np.mean([r.effective_ratio for r in recs if r.step == s])) for s in steps
-        ]
-        depth: dict[int, int] = defaultdict(int)
-        for r in recs:
-            for d, c in r.replays_by_depth.items():
-                depth[int(d)] += c
-        row["replays_by_depth"] = {str(d): c for d, c in sorted(depth.items())}
-        row["predictor_quality"] = {str(d): q for d, q in predictor_quality(recs).items()}
-        # distinct prompts over the whole run (per seed)
-        row["distinct_prompts_total"] = len(
-            {(r.seed, p) for r in recs for p in r.prompt_ids}
-        ) / len(seeds)
-        policies[name] = row
+    policies = {
+        name: _policy_row(recs, name not in no_predictor) for name, recs in by_policy.items()
+    }
     out: dict[str, Any] = {"policies": policies}
     if oracle in policies:
         o = policies[oracle]
@@ -269,6 +332,40 @@ def format_quality(summary: dict[str, Any], policies: Sequence[str] = ("trace",)
         if lines
         else ""
     )
+
+
+def format_error(summary: dict[str, Any]) -> str:
+    """Prediction error against exact Z by depth (all candidates at 0, visited prefixes deeper)."""
+    lines = []
+    for name, row in summary["policies"].items():
+        err = row.get("prediction_error_by_depth") or {}
+        if not err:
+            continue
+        if len(err) > 8:
+            err = {d: q for d, q in err.items() if int(d) < 5 or int(d) % 5 == 0}
+        cells = " ".join(
+            f"d{d}:{q['mse']:.3f}/{q['spearman']:.2f}"
+            if q["spearman"] == q["spearman"]
+            else f"d{d}:{q['mse']:.3f}/-"
+            for d, q in err.items()
+        )
+        lines.append(f"  {name}: {cells}")
+    if not lines:
+        return ""
+    return (
+        "prediction error vs exact Z by depth (MSE/Spearman; d0 = every candidate):\n"
+        + "\n".join(lines)
+    )
+
+
+def format_curves(summary: dict[str, Any], key: str = "effective_ratio") -> str:
+    """Per-step curves of one metric, one line per policy."""
+    lines = [f"per-step {key}:"]
+    for name, row in summary["policies"].items():
+        ys = row.get(f"{key}_by_step") or []
+        fmt = "{:.0%}" if key == "effective_ratio" else "{:.2f}"
+        lines.append(f"  {name:<28} " + " ".join(fmt.format(y) for y in ys))
+    return "\n".join(lines)
 
 
 def _json_default(o: Any) -> Any:
@@ -366,5 +463,6 @@ def _plots(summary: dict[str, Any], out_dir: Path) -> list[Path]:
 
 def records_to_dicts(records: Sequence[StepRecord]) -> list[dict[str, Any]]:
     return [
-        {k: v for k, v in asdict(r).items() if k not in ("scored", "prompt_ids")} for r in records
+        {k: v for k, v in asdict(r).items() if k not in ("scored", "prompt_ids", "exact_scored")}
+        for r in records
     ]

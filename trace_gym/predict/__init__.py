@@ -6,6 +6,8 @@
   counts (Beta posterior), with uncertainty-aware prompt values for allocation;
 - ``constant``: 0.5 everywhere (the no-information baseline);
 - ``critic``: the LM critic (`trace_gym.agents.critic`; needs the ``train`` extra).
+- ``oracle`` / ``noisy``: exact simulator values, and exact values with noise sized to a
+  target Spearman (`trace_gym.predict.oracle`; references, they learn nothing).
 
 Predictors are registered like envs, by ``"module:Class"`` entry points, so nothing is
 imported until one is built and the core never imports the LM critic's package.
@@ -27,6 +29,7 @@ from trace_gym.predict.bayes import BayesPredictor
 from trace_gym.predict.constant import ConstantPredictor
 from trace_gym.predict.empirical import EmpiricalPredictor
 from trace_gym.predict.features import FeaturePredictor
+from trace_gym.predict.oracle import NoisyOraclePredictor, OraclePredictor
 from trace_gym.predict.training import TrainingBatch, quality_by_depth, spearman, training_batch
 
 __all__ = [
@@ -56,6 +59,8 @@ PREDICTORS: dict[str, str] = {
     "bayes": "trace_gym.predict.bayes:BayesPredictor",
     "constant": "trace_gym.predict.constant:ConstantPredictor",
     "critic": "trace_gym.agents.critic:CriticPredictor",
+    "oracle": "trace_gym.predict.oracle:OraclePredictor",
+    "noisy": "trace_gym.predict.oracle:NoisyOraclePredictor",
 }
 
 

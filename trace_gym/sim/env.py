@@ -22,13 +22,30 @@ import numpy as np
 
 from trace_gym.core import TraceEnv, Transition
 from trace_gym.errors import ResetNeeded
-from trace_gym.sim.model import ANSWER, WASTE, make_task, parse_action, sigmoid, task_id, value_at
+from trace_gym.sim.model import (
+    ANSWER,
+    HINTS,
+    WASTE,
+    make_task,
+    parse_action,
+    sigmoid,
+    task_id,
+    value_at,
+)
 from trace_gym.sim.presets import SimPreset, get_preset, skill_at
 
 __all__ = ["SimEnv"]
 
 _DIFFICULTY = ("brutal", "hard", "tricky", "fair", "easy", "trivial")
 _PROGRESS = ("stuck", "struggling", "unsure", "promising", "solid")
+
+
+def _hint_text(task, t: int) -> str:
+    """v2: what the observation before turn t says (the shared move effects key on it)."""
+    if not task.hints:
+        return ""
+    flag = " This step looks decisive." if t in task.knife else ""
+    return f" Next: you notice {HINTS[task.hints[t]]}.{flag}"
 
 
 class SimEnv(TraceEnv):
@@ -87,7 +104,7 @@ class SimEnv(TraceEnv):
             f"Task {task.id}. Topic: {task.topic}. Initial assessment: {_DIFFICULTY[task.clue]} "
             f"(level {task.clue}/5). You have {task.turns} turns. Each turn reply with "
             f"'action N' for N in 0..{K - 1}, or 'answer' to finish early."
-        )
+        ) + _hint_text(task, 0)
         return prompt, {"topic": task.topic, "turns": task.turns, "num_actions": K}
 
     def _step(self, action: str) -> Transition:
@@ -117,14 +134,15 @@ class SimEnv(TraceEnv):
                 if felt < -0.25
                 else "no clear effect"
             )
-            reading = float(sigmoid(task.logit(self._k) + self.preset.obs_noise * rng.normal()))
+            noise = self.preset.obs_noise * self.preset.obs_decay ** (t + 1)
+            reading = float(sigmoid(task.logit(self._k) + noise * rng.normal()))
             word = _PROGRESS[int(np.searchsorted([0.2, 0.4, 0.6, 0.8], reading))]
             gauge = min(9, int(reading * 10))
             obs = f"{head} You tried action {code}; {effect}. Progress check: {word} (gauge {gauge}/9)."
             info = {"action": "move", "move": code}
         if t + 1 >= task.turns:
             return self._finish(f"{obs} Out of turns.", info, rng)
-        return Transition(obs, 0.0, False, info)
+        return Transition(obs + _hint_text(task, t + 1), 0.0, False, info)
 
     def _turn_rng(self, action: str) -> np.random.Generator:
         # The env's draws mix its own RNG with a hash of the assistant text: the restore
@@ -169,7 +187,9 @@ class SimEnv(TraceEnv):
         After the episode ended this is the realised reward (the final jump).
         """
         if self._task_index is None:
-            raise ResetNeeded(f"{self.id}: call env.reset() (or restore a checkpoint) before true_value()")
+            raise ResetNeeded(
+                f"{self.id}: call env.reset() (or restore a checkpoint) before true_value()"
+            )
         if self._done and self._reward is not None:
             return float(self._reward)
         ended = self._turn >= self.task.turns

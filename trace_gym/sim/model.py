@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from trace_gym.errors import ConfigError
-from trace_gym.sim.presets import SimPreset, get_preset
+from trace_gym.sim.presets import PRESETS, SimPreset, get_preset
 
 __all__ = [
     "ANSWER",
@@ -54,6 +54,8 @@ WASTE, ANSWER = -1, -2
 
 _ACTION = re.compile(r"^action\s*(\d+)$")
 _TASK_ID = re.compile(r"^sim-(?P<preset>[a-z0-9_]+)-(?P<seed>\d+)-(?P<index>\d+)$")
+#: what the observation before a turn says (v2): the hint the shared move effects key on
+HINTS = ("a formula", "a name", "a date", "a number", "a contradiction", "a dead end")
 
 _TOPICS = {
     "math": ("algebra", "geometry", "counting", "number-theory", "calculus", "probability"),
@@ -86,6 +88,17 @@ class SimTask:
     clue: int
     #: largest reachable |k|
     reach: int
+    #: v2: the hint shown before each turn (index into HINTS), shape (turns,); () in v1
+    hints: tuple[int, ...] = ()
+    #: v2: the knife-edge turns (0-based), sorted
+    knife: tuple[int, ...] = ()
+    #: v2: the shifts the simulated policy's preferences follow (the knife-edge part left
+    #: out: at a knife edge the policy cannot tell which way it cuts); None = `shifts`
+    pref: np.ndarray | None = None
+
+    @property
+    def preference_shifts(self) -> np.ndarray:
+        return self.shifts if self.pref is None else self.pref
 
     def logit(self, k: int | np.ndarray) -> float | np.ndarray:
         return self.base + self.preset.grid * k
@@ -93,7 +106,7 @@ class SimTask:
 
 def task_id(preset: SimPreset, seed: int, index: int) -> str:
     """The id of task `index` of the pool seeded `seed` (``sim-<preset>-<seed>-<index>``)."""
-    return f"sim-{preset.name}-{int(seed)}-{int(index)}"
+    return f"sim-{preset.id_stem}-{int(seed)}-{int(index)}"
 
 
 def parse_task_id(tid: str) -> tuple[str, int, int]:
@@ -107,22 +120,59 @@ def parse_task_id(tid: str) -> tuple[str, int, int]:
 
 
 def _topic_offsets(preset: SimPreset) -> np.ndarray:
-    rng = np.random.default_rng([zlib.crc32(preset.name.encode()), 7])
+    rng = np.random.default_rng([zlib.crc32(preset.id_stem.encode()), 7])
     return rng.normal(0.0, preset.topic_sd, size=len(_DEFAULT_TOPICS))
+
+
+@functools.lru_cache(maxsize=64)
+def shared_effects(domain: str, num_hints: int, num_actions: int) -> np.ndarray:
+    """E[topic, hint, move] ~ Normal(0, 1): the move effects every task of a domain shares."""
+    rng = np.random.default_rng([zlib.crc32(domain.encode()), 11])
+    e = rng.normal(size=(len(_DEFAULT_TOPICS), num_hints, num_actions))
+    e.flags.writeable = False
+    return e
+
+
+def _v2_shifts(preset: SimPreset, seed: int, index: int, t_idx: int, turns: int):
+    """(shared-effect shifts, knife-edge shifts (both (turns, K)), hints, knife turns) of a
+    v2 task, from its own random stream."""
+    rng = np.random.default_rng([zlib.crc32(preset.id_stem.encode()), int(seed), int(index), 2])
+    K = preset.num_actions
+    extra = np.zeros((turns, K))
+    hints = np.zeros(turns, dtype=np.int64)
+    if preset.num_hints:
+        hints = rng.integers(preset.num_hints, size=turns)
+        e = shared_effects(preset.topic_domain, preset.num_hints, K)
+        extra += preset.shared_sd * e[t_idx, hints]
+    n_knife = min(preset.knife_turns, turns)
+    knife = np.sort(rng.choice(turns, size=n_knife, replace=False)) if n_knife else []
+    edge = np.zeros((turns, K))
+    for t in knife:
+        edge[t] = preset.knife_sd * rng.normal(size=K)
+    return extra, edge, tuple(int(h) for h in hints), tuple(int(t) for t in knife)
 
 
 @functools.lru_cache(maxsize=65536)
 def make_task(preset: SimPreset, seed: int, index: int) -> SimTask:
     """Task `index` of the pool seeded `seed`: a pure function of its arguments."""
-    rng = np.random.default_rng([zlib.crc32(preset.name.encode()), int(seed), int(index)])
+    rng = np.random.default_rng([zlib.crc32(preset.id_stem.encode()), int(seed), int(index)])
     turns = int(rng.integers(preset.turns_min, preset.turns_max + 1))
     t_idx = int(rng.integers(len(_DEFAULT_TOPICS)))
-    topic = _TOPICS.get(preset.name, _DEFAULT_TOPICS)[t_idx]
+    topic = _TOPICS.get(preset.topic_domain, _DEFAULT_TOPICS)[t_idx]
     base = float(preset.base_mean + _topic_offsets(preset)[t_idx] + preset.base_sd * rng.normal())
     raw = rng.normal(0.0, preset.delta_sd, size=(turns, preset.num_actions))
-    shifts = np.rint(raw / preset.grid).astype(np.int64)
     habit = rng.normal(0.0, preset.habit_sd, size=preset.num_actions)
     seen = float(sigmoid(base + preset.prompt_noise * rng.normal()))
+    hints: tuple[int, ...] = ()
+    knife: tuple[int, ...] = ()
+    pref = None
+    if preset.is_v2:  # a separate stream: the v1 draws above stay exactly as they were
+        extra, edge, hints, knife = _v2_shifts(preset, seed, index, t_idx, turns)
+        raw = raw + extra
+        pref = np.rint(raw / preset.grid).astype(np.int64)
+        pref.flags.writeable = False
+        raw = raw + edge
+    shifts = np.rint(raw / preset.grid).astype(np.int64)
     clue = int(np.searchsorted([0.1, 0.3, 0.5, 0.7, 0.9], seen))
     shifts.flags.writeable = False
     habit.flags.writeable = False
@@ -138,16 +188,27 @@ def make_task(preset: SimPreset, seed: int, index: int) -> SimTask:
         habit,
         clue,
         reach,
+        hints,
+        knife,
+        pref,
     )
 
 
 def task_from_id(tid: str, preset: str | SimPreset | None = None) -> SimTask:
     """The task behind a task id (the preset defaults to the one named in the id)."""
-    name, seed, index = parse_task_id(tid)
-    p = get_preset(preset) if preset is not None else get_preset(name)
-    if p.name != name:
-        raise ConfigError(f"task {tid!r} belongs to preset {name!r}, not {p.name!r}")
+    stem, seed, index = parse_task_id(tid)
+    p = get_preset(preset) if preset is not None else preset_for_stem(stem)
+    if p.id_stem != stem:
+        raise ConfigError(f"task {tid!r} belongs to preset stem {stem!r}, not {p.name!r}")
     return make_task(p, seed, index)
+
+
+def preset_for_stem(stem: str) -> SimPreset:
+    """The registered preset whose task ids read ``sim-<stem>-...``."""
+    for p in PRESETS.values():
+        if p.id_stem == stem:
+            return p
+    return get_preset(stem)  # raises UnknownNameError with the list of names
 
 
 # ---------------------------------------------------------------------- the policy's choices
@@ -160,7 +221,7 @@ def answer_prob(preset: SimPreset, t: int, logit):
 
 def move_probs(task: SimTask, t: int, skill: float) -> np.ndarray:
     """The policy's distribution over moves at turn t, given that it moves (shape (K,))."""
-    z = skill * task.preset.grid * task.shifts[t] + task.habit
+    z = skill * task.preset.grid * task.preference_shifts[t] + task.habit
     z = np.exp(z - z.max())
     return z / z.sum()
 
@@ -202,26 +263,38 @@ def state_of(task: SimTask, actions: Sequence[int | str]) -> tuple[int, int, boo
 
 
 # ---------------------------------------------------------------------- exact values
-@functools.lru_cache(maxsize=4096)
-def value_table(task: SimTask, skill: float) -> np.ndarray:
-    """V[t, k + reach]: exact success probability after t turns at offset k (read-only)."""
+def transition_parts(task: SimTask, skill: float):
+    """(successor index (T, K, 2R+1), move probs (T, K), answer prob (2R+1,)) of the recursion."""
     p, R = task.preset, task.reach
     ks = np.arange(-R, R + 1)
-    logit = task.logit(ks)
-    win = sigmoid(logit)
-    V = np.empty((task.turns + 1, ks.size))
-    V[task.turns] = win
     # successor offsets of every (turn, move, k), clipped at the (unreachable) edges
     succ = np.clip(np.arange(ks.size)[None, None, :] + task.shifts[:, :, None], 0, ks.size - 1)
-    z = skill * p.grid * task.shifts + task.habit  # (T, K) move logits
+    z = skill * p.grid * task.preference_shifts + task.habit  # (T, K) move logits
     pm = np.exp(z - z.max(axis=1, keepdims=True))
     pm /= pm.sum(axis=1, keepdims=True)
-    ans = answer_prob(p, 1, logit)  # the same for every t >= 1
+    ans = answer_prob(p, 1, task.logit(ks))  # the same for every t >= 1
+    return succ, pm, ans
+
+
+def backward_table(task: SimTask, skill: float, terminal: np.ndarray) -> np.ndarray:
+    """E[terminal(k_end) | t, k] for every state: the value recursion with any end payoff."""
+    p = task.preset
+    succ, pm, ans = transition_parts(task, skill)
+    V = np.empty((task.turns + 1, terminal.size))
+    V[task.turns] = terminal
     for t in range(task.turns - 1, -1, -1):
         nxt = V[t + 1]
         pa = ans if t >= 1 else 0.0
         moved = pm[t] @ nxt[succ[t]]  # (K,) @ (K, 2R+1)
-        V[t] = pa * win + p.malformed_prob * nxt + (1.0 - p.malformed_prob - pa) * moved
+        V[t] = pa * terminal + p.malformed_prob * nxt + (1.0 - p.malformed_prob - pa) * moved
+    return V
+
+
+@functools.lru_cache(maxsize=4096)
+def value_table(task: SimTask, skill: float) -> np.ndarray:
+    """V[t, k + reach]: exact success probability after t turns at offset k (read-only)."""
+    win = sigmoid(task.logit(np.arange(-task.reach, task.reach + 1)))
+    V = backward_table(task, skill, win)
     V.flags.writeable = False
     return V
 

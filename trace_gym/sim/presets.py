@@ -1,4 +1,4 @@
-"""Simulator presets: the frozen parameters of the `math`, `hotpotqa` and `bfcl` task pools.
+"""Simulator presets: the frozen parameters of the simulated task pools.
 
 Each preset was calibrated once, on statistics of the *non-adaptive* baselines only
 (GRPO with 8 rollouts per prompt; random-branching tree rollouts), then frozen before
@@ -14,9 +14,10 @@ from dataclasses import dataclass, replace
 
 from trace_gym.errors import ConfigError, unknown
 
-__all__ = ["PRESETS", "SimPreset", "get_preset", "skill_at"]
+__all__ = ["LUCK_PRESETS", "PRESETS", "SimPreset", "get_preset", "skill_at"]
 
-_NAME = re.compile(r"^[a-z0-9_]+$")
+_NAME = re.compile(r"^[a-z0-9_-]+$")
+_STEM = re.compile(r"^[a-z0-9_]+$")
 
 
 @dataclass(frozen=True)
@@ -57,6 +58,23 @@ class SimPreset:
     obs_noise: float = 1.0
     #: task pool size when SimEnv is made without num_tasks
     num_tasks: int = 512
+    # ---- simulator v2 (the defaults switch every v2 feature off: the v1 model exactly)
+    #: the name inside task ids and the seed of the task draws ([a-z0-9_]+; "" = name)
+    stem: str = ""
+    #: topic vocabulary ("math", "hotpotqa", "bfcl"; "" = the stem's)
+    domain: str = ""
+    #: the share of V0 (1 - V0) resolved by moves before the final draw that the
+    #: calibration fitted this preset to (a label; the model's knobs are below)
+    resolved_share: float | None = None
+    #: knife-edge turns per episode (at depths drawn uniformly) and the sd of their shifts
+    knife_turns: int = 0
+    knife_sd: float = 0.0
+    #: hint categories shown before every turn; a move's shift gets a term
+    #: ``shared_sd * E[domain, topic, hint, move]`` shared by every task of the domain
+    num_hints: int = 0
+    shared_sd: float = 0.0
+    #: the progress reading after turn t has noise ``obs_noise * obs_decay ** t``
+    obs_decay: float = 1.0
 
     def __post_init__(self) -> None:
         if not _NAME.match(self.name):
@@ -90,17 +108,50 @@ class SimPreset:
             )
         if self.num_tasks < 1:
             raise ConfigError(f"num_tasks must be >= 1, got {self.num_tasks}")
+        self._check_v2()
+
+    def _check_v2(self) -> None:
+        if self.stem and not _STEM.match(self.stem):
+            raise ConfigError(f"preset stem {self.stem!r} must match [a-z0-9_]+")
+        if not self.stem and not _STEM.match(self.name):
+            raise ConfigError(
+                f"preset {self.name!r} needs a stem matching [a-z0-9_]+ (it goes into task ids)"
+            )
+        if self.knife_turns < 0 or self.knife_sd < 0 or self.shared_sd < 0:
+            raise ConfigError("knife_turns, knife_sd and shared_sd must be >= 0")
+        if not 0 <= self.num_hints <= 6 or (self.shared_sd > 0 and self.num_hints < 1):
+            raise ConfigError("num_hints must be in 0..6, and >= 1 when shared_sd > 0")
+        if not 0 < self.obs_decay <= 1:
+            raise ConfigError(f"obs_decay must be in (0, 1], got {self.obs_decay}")
+        if self.resolved_share is not None and not 0 <= self.resolved_share <= 1:
+            raise ConfigError(f"resolved_share must be in [0, 1], got {self.resolved_share}")
+
+    @property
+    def id_stem(self) -> str:
+        """The name inside task ids (``sim-<stem>-<seed>-<index>``) and the task draws' seed."""
+        return self.stem or self.name
+
+    @property
+    def topic_domain(self) -> str:
+        return self.domain or self.id_stem
+
+    @property
+    def is_v2(self) -> bool:
+        """Whether any v2 feature is on (v1 presets draw exactly what they always drew)."""
+        return bool(self.knife_turns or self.num_hints or self.obs_decay != 1.0)
 
     def with_(self, **changes) -> SimPreset:
         """A copy with some fields changed (for calibration sweeps and tests)."""
         return replace(self, **changes)
 
 
-#: the frozen presets (see docs/sim.md for how each was calibrated and what it measures)
-PRESETS: dict[str, SimPreset] = {
+#: the v1 presets, frozen: outcomes mostly settled by the final draw ("luck"); their task
+#: ids keep the v1 stems (``sim-math-...``), so they reproduce the v1 trees exactly
+LUCK_PRESETS: dict[str, SimPreset] = {
     # few turns (2-4); GRPO-8 effective ratio 27% +/- 3 (paper: 26.8%, Qwen3-8B DeepScaleR)
-    "math": SimPreset(
-        name="math",
+    "math-luck": SimPreset(
+        name="math-luck",
+        stem="math",
         num_actions=3,
         turns_min=2,
         turns_max=4,
@@ -115,8 +166,9 @@ PRESETS: dict[str, SimPreset] = {
     ),
     # about 4 turns; random-branching trees (8 roots + 2 random-prefix replays per root)
     # give an effective ratio of about 43% (paper: 42.8%, Qwen3-8B HotpotQA, 1024 x 2)
-    "hotpotqa": SimPreset(
-        name="hotpotqa",
+    "hotpotqa-luck": SimPreset(
+        name="hotpotqa-luck",
+        stem="hotpotqa",
         num_actions=3,
         turns_min=3,
         turns_max=5,
@@ -131,8 +183,9 @@ PRESETS: dict[str, SimPreset] = {
     ),
     # dozens of turns (20-30); our choice: GRPO-8 effective ratio about 30% with a low
     # mean success rate (most multi-turn function-calling prompts fail for an 8B model)
-    "bfcl": SimPreset(
-        name="bfcl",
+    "bfcl-luck": SimPreset(
+        name="bfcl-luck",
+        stem="bfcl",
         num_actions=4,
         turns_min=20,
         turns_max=30,
@@ -147,6 +200,24 @@ PRESETS: dict[str, SimPreset] = {
         obs_noise=1.0,
     ),
 }
+
+
+def _build_registry() -> dict[str, SimPreset]:
+    from trace_gym.sim.fitted import DEFAULT_SHARE, FITTED
+
+    out = dict(LUCK_PRESETS)
+    fitted = [SimPreset(**fields) for fields in FITTED]
+    for p in fitted:
+        out[p.name] = p
+    for p in fitted:  # the default presets: the family member at DEFAULT_SHARE
+        if p.resolved_share == DEFAULT_SHARE:
+            out[p.topic_domain] = p
+    return out
+
+
+#: every preset by name: the luck presets, the fitted v2 families (``math-r02`` ..
+#: ``math-r08``) and the defaults ``math``, ``hotpotqa``, ``bfcl`` (the r06 members)
+PRESETS: dict[str, SimPreset] = _build_registry()
 
 
 def get_preset(preset: str | SimPreset) -> SimPreset:

@@ -1,0 +1,98 @@
+"""The first-visit reference: what any predictor could know about a prompt from its text alone.
+
+On a fresh prompt a predictor sees only what the prompt shows: in the simulator its
+topic, difficulty clue, turn count and (v2) first hint and decisive flag. The best
+root allocation given that information maximises the *expected* number of mixed
+groups under the posterior of the prompt's success probability v given those clues:
+
+    sum_x E[1 - v_x^m - (1 - v_x)^m | clues(x)]
+
+(not the value at the posterior mean). Each per-unit gain of that objective is the
+posterior mean of the gains of `solve_roots`, so the same exact method (the budget
+largest per-unit gains, then the parity repair) solves it. The posterior is the
+empirical distribution of Z_0 over a large reference pool of the same preset (another
+pool seed), by clue cell, falling back to (topic, clue) for cells with few tasks.
+Prefixes use TRACE's rule on the run's predictor, so the row isolates the root stage.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections import defaultdict
+from collections.abc import Sequence
+from typing import ClassVar
+
+import numpy as np
+
+from trace_gym.alloc.base import Candidate
+from trace_gym.alloc.policies import TraceAllocator
+from trace_gym.alloc.solvers import _greedy, _increments, _repair, check_root_budget
+
+__all__ = ["FirstVisitAllocator", "posterior_increments"]
+
+#: reference pool size and seed (disjoint from the bench's pools, which use seeds 0..)
+REFERENCE_TASKS = 20000
+REFERENCE_SEED = 1_000_003
+MIN_CELL = 25
+
+
+def _cells(task) -> tuple[tuple, tuple]:
+    fine = (task.topic, task.clue, task.turns, task.hints[:1], 0 in task.knife)
+    return fine, (task.topic, task.clue)
+
+
+@functools.lru_cache(maxsize=8)
+def _reference(stem: str, m_max: int) -> tuple[dict[tuple, np.ndarray], dict[tuple, int]]:
+    """(clue cell -> mean per-unit gains (m_max,), cell -> tasks) over the reference pool."""
+    from trace_gym.sim.model import make_task, preset_for_stem, value_at
+
+    p = preset_for_stem(stem)
+    tasks = [make_task(p, REFERENCE_SEED, i) for i in range(REFERENCE_TASKS)]
+    z = np.array([value_at(t, 0, 0, False, p.skill) for t in tasks])
+    inc = _increments(np.clip(z, 0.0, 1.0), m_max)
+    groups: dict[tuple, list[int]] = defaultdict(list)
+    for i, t in enumerate(tasks):
+        fine, coarse = _cells(t)
+        groups[fine].append(i)
+        groups[coarse].append(i)
+    return {k: inc[idx].mean(axis=0) for k, idx in groups.items()}, {
+        k: len(idx) for k, idx in groups.items()
+    }
+
+
+def posterior_increments(task_ids: Sequence[str], m_max: int) -> np.ndarray:
+    """(P, m_max) posterior-mean per-unit gains of each candidate, given its prompt's clues."""
+    from trace_gym.sim.model import parse_task_id, task_from_id
+
+    rows = []
+    for tid in task_ids:
+        stem = parse_task_id(tid)[0]
+        ref, sizes = _reference(stem, m_max)
+        fine, coarse = _cells(task_from_id(tid))
+        key = fine if sizes.get(fine, 0) >= MIN_CELL else coarse
+        rows.append(ref.get(key, np.zeros(m_max)))
+    inc = np.array(rows).reshape(len(task_ids), m_max)
+    np.minimum.accumulate(inc, axis=1, out=inc)
+    return inc
+
+
+class FirstVisitAllocator(TraceAllocator):
+    """TRACE's root solver on posterior-expected gains given the prompt's clues (simulator only)."""
+
+    name: ClassVar[str] = "first_visit"
+
+    def allocate_roots(
+        self, candidates: Sequence[Candidate], budget: int, rng: np.random.Generator
+    ) -> np.ndarray:
+        if not candidates:
+            return np.zeros(0, dtype=np.int64)
+        check_root_budget(len(candidates), budget, self.m_max)
+        inc = posterior_increments([c.id for c in candidates], self.m_max)
+        counts = _greedy(inc, int(budget))
+        partial = np.flatnonzero(counts == 1)
+        if partial.size:
+            counts[partial[0]] = 0
+            repaired = _repair(inc, counts, self.m_max)
+            if repaired is not None:
+                counts = repaired[0]
+        return counts
