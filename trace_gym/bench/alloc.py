@@ -950,7 +950,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"wrote {path}")
     if args.out is not None:  # index.html beside the files: tables, plots and this command
         cmd = ["trace-gym", "bench", "alloc", *(sys.argv[1:] if argv is None else argv)]
-        print(f"wrote {write_index(args.out, 'trace-gym bench alloc', cmd, summary=s, notes=[title])}")
+        print(f"wrote {write_index(args.out, 'trace-gym bench alloc', cmd, summary=s, notes=[_title(cfg)])}")
     return 0
 
 
