@@ -146,7 +146,9 @@ class WrappedEnv(TraceEnv):
     """A Gymnasium-style text env made restorable by seed + action-log replay.
 
     Without ``env`` it wraps the bundled Countdown test env, so ``gym.make("trace/Wrapped-v0")``
-    works on a plain install.
+    works on a plain install. Rewards pass through raw; ``success_threshold`` (default
+    1.0, exact success) is the success event allocation uses for this env's trees
+    (announced in the reset info, see `trace_gym.tree.success_threshold_for`).
     """
 
     env_id = "trace/Wrapped-v0"
@@ -159,6 +161,7 @@ class WrappedEnv(TraceEnv):
         num_tasks: int = 1000,
         seed_offset: int = 0,
         restore: str = "auto",
+        success_threshold: float = 1.0,
         max_turns: int = 100,
         render_mode: str | None = None,
     ):
@@ -175,6 +178,9 @@ class WrappedEnv(TraceEnv):
         if restore == "state" and not has_state:
             raise ConfigError(f"restore='state': {type(self.inner).__name__} has no get_state/set_state")
         self.restore_mode = ("state" if has_state else "replay") if restore == "auto" else restore
+        if not 0.0 < success_threshold <= 1.0:
+            raise ConfigError(f"success_threshold must be in (0, 1], got {success_threshold}")
+        self.success_threshold = float(success_threshold)
         self.seed_offset = int(seed_offset)
         self._ids = tuple(str(i) for i in range(int(num_tasks)))
         self._name = self.spec_string or f"{type(self.inner).__module__}.{type(self.inner).__qualname__}"
@@ -208,7 +214,9 @@ class WrappedEnv(TraceEnv):
         prompt, info = self._reset_inner()
         self._actions, self._inner_truncated = [], False
         self._digests = [_digest(prompt, 0.0, False, False)]
-        return prompt, {"inner_seed": self._inner_seed(), "env_info": info}
+        info = {"inner_seed": self._inner_seed(), "env_info": info}
+        # peer rewards may be graded: the runner's trees count success at this threshold
+        return prompt, {**info, "success_threshold": self.success_threshold}
 
     def _step(self, action: str) -> Transition:
         with self._rngs.active():
