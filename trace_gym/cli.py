@@ -34,6 +34,7 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "math-env": ("trace_gym.envs.math.bench:main", "sandboxed interpreter: cells/s, fork vs replay restore"),
     "retrieval": ("trace_gym.envs.hotpotqa.bench:main", "BM25 and dense retrieval speed and recall"),
     "bfcl": ("trace_gym.envs.bfcl.bench:main", "BFCL env checkpoint/restore latency and steps/s"),
+    "wrap-restore": ("trace_gym.bench.wrap_restore:main", "trace_gym.wrap restore (replay, deepcopy) vs a native checkpoint"),
 }
 
 

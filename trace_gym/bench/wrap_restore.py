@@ -20,6 +20,7 @@ import gymnasium as gym
 import numpy as np
 
 import trace_gym
+from trace_gym.provenance import write_provenance
 from trace_gym.wrap import WrappedEnv, wrap
 
 #: env id -> constructor kwargs (long episodes, so depth matters)
@@ -99,6 +100,7 @@ def main(argv: list[str] | None = None) -> int:
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
         (out / "wrap_restore.json").write_text(json.dumps({"env": args.env, "rows": rows}, indent=2))
+        write_provenance(out, vars(args))
     return 0
 
 
