@@ -191,3 +191,14 @@ def test_core_import_pulls_no_peer_package():
     code = ("import sys, trace_gym, gymnasium as gym; gym.make('trace/Wrapped-v0').reset(seed=0); "
             "bad = [m for m in ('gem', 'reasoning_gym') if m in sys.modules]; assert not bad, bad")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
+def test_wrapped_env_announces_its_success_threshold():
+    from trace_gym.tree import success_threshold_for
+
+    env = trace_gym.wrap(CounterGame, num_tasks=2)
+    assert success_threshold_for(env.reset(seed=0)[1]) == 1.0
+    env = trace_gym.wrap(CounterGame, num_tasks=2, success_threshold=0.8)
+    assert success_threshold_for(env.reset(seed=0)[1]) == 0.8
+    with pytest.raises(ConfigError, match="success_threshold"):
+        trace_gym.wrap(CounterGame, success_threshold=0.0)
