@@ -247,6 +247,7 @@ SCRIPTED: dict[str, str] = {
     "trace/HotpotQA-v0": "trace_gym.agents.scripted:HotpotQAScripted",
     "trace/BFCL-v0": "trace_gym.agents.scripted:BFCLScripted",
     "trace/Math-v0": "trace_gym.agents.scripted:MathScripted",
+    "trace/Wrapped-v0": "trace_gym.wrap:WrappedScripted",
 }
 
 

@@ -32,7 +32,7 @@ from trace_gym.errors import AllocationError
 from trace_gym.predict.base import Predictor, State
 from trace_gym.scheduling import Episode, PromptWork, StepContext
 from trace_gym.seeding import branch_seed, stable_seed
-from trace_gym.tree import RolloutTree
+from trace_gym.tree import RolloutTree, success_threshold_for
 
 __all__ = [
     "Described",
@@ -125,7 +125,8 @@ def plan_roots(
 def _root_work(
     ctx: StepContext, order: int, cand: Candidate, d: Described, m: int, env_id: str
 ) -> PromptWork:
-    tree = RolloutTree(cand.id, d.prompt, env_id=env_id, step=ctx.step)
+    tree = RolloutTree(cand.id, d.prompt, env_id=env_id, step=ctx.step,
+                       success_threshold=success_threshold_for(d.reset_info))
     tree.root.value = cand.value
     tree.root.true_value = cand.true_value
     tree.info.update(root_count=m, candidate_value=cand.value)

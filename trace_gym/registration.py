@@ -44,6 +44,12 @@ BUILTIN_ENVS: tuple[EnvEntry, ...] = (
         "trace_gym.envs.bfcl.env:BFCLEnv",
         "BFCL v4 multi-turn function calling on the eight bfcl-eval backends, BFCL state/response checks",
     ),
+    EnvEntry(
+        "trace/Wrapped-v0",
+        "trace_gym.wrap:WrappedEnv",
+        "any gym-style text env made restorable (env='gem:<id>' | 'reasoning_gym:<dataset>' | "
+        "'gym:<id>' | 'module:Factory'); seed + action-log replay",
+    ),
 )
 
 

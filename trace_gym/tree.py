@@ -8,13 +8,28 @@ when the policy tokenised it). A path is a walk from the root. Leaves end an epi
 
 Definitions (../shared/ALGORITHMS.md "Metrics"):
 
-- success: a leaf whose reward is >= ``success_threshold`` (0.5 for 0/1 rewards);
+- success: a leaf whose reward is >= ``success_threshold`` (the *success event*);
 - target of a node: the success rate of the (non-failed) leaves below it, bottom-up;
 - anchor: the root, or any node with at least two children (a branch point);
-- mixed anchor: an anchor whose leaves contain a success and a failure;
+- mixed group / mixed anchor: a tree / anchor whose scored leaves' rewards are not all
+  equal (they differ by more than ``REWARD_TOL``);
+- success-mixed: leaves below contain a success and a failure (the event allocation
+  predicts: `expected_mixed_groups` counts success-mixed groups);
 - contrastive pairs at an anchor: (success leaf, failure leaf) pairs whose lowest
   common ancestor is that anchor; summed over anchors this is S * F per tree;
-- effective ratio of a batch: share of trees with at least one success and one failure.
+- effective ratio of a batch: share of mixed trees.
+
+Graded rewards (rewards in [0, 1], HotpotQA F1, BFCL partial credit, reasoning-gym):
+allocation, targets, contrastive pairs and visit streaks use the success event
+``reward >= success_threshold``; trainers use the raw reward; "mixed" is about raw
+rewards, because a group whose rewards differ gives a nonzero group-normalised
+advantage whatever the threshold. So a graded group can be mixed without being
+success-mixed (rewards 0.2 and 0.7 at threshold 1.0), never the reverse. For rewards in
+{0, 1} and any threshold in (0, 1] the two notions coincide and every number is what it
+was. The constructor default stays 0.5 (files store it; for {0, 1} it is the same event
+as 1.0); graded envs put ``success_threshold`` in their reset info (default
+``EXACT_SUCCESS`` = 1.0 for `trace_gym.wrap` envs) and the runner builds their trees
+with `success_threshold_for(reset_info)`.
 
 Targets are derived data: `add_child` and `finish` mark them stale and the first reader
 (`compute_targets`, `metrics`, `segments`, ...) computes them once, bottom-up.
@@ -42,6 +57,13 @@ FORMAT_VERSION = 2
 #: versions `RolloutTree.from_dict` reads (older ones are upgraded in memory)
 READ_VERSIONS = (1, 2)
 
+#: the success threshold of graded rewards: exact success
+EXACT_SUCCESS = 1.0
+#: the stored default, for {0, 1} rewards (any threshold in (0, 1] gives the same event)
+BINARY_THRESHOLD = 0.5
+#: rewards closer than this are equal when deciding whether a group is mixed
+REWARD_TOL = 1e-9
+
 #: policy: the policy raised or returned an error; env: reset/step raised; overflow: the
 #: context would exceed the model's window; infra: checkpoint restore, workers, the rest
 FAILURE_KINDS = ("policy", "env", "overflow", "infra")
@@ -57,6 +79,7 @@ __all__ = [
     "TreeMetrics",
     "batch_metrics",
     "effective_ratio",
+    "success_threshold_for",
     "load_trees",
     "save_trees",
 ]
@@ -189,6 +212,10 @@ class TreeMetrics:
     contrastive_pairs: int
     turns: int
     tokens: int
+    #: the leaves contain a success and a failure at the tree's threshold
+    success_mixed: bool = False
+    #: mean raw reward of the scored leaves (nan when none)
+    mean_reward: float = math.nan
 
 
 class RolloutTree:
@@ -347,17 +374,34 @@ class RolloutTree:
             out[anchor.id] = pairs
         return out
 
+    def reward_spans(self) -> list[tuple[float, float] | None]:
+        """Per node, (min, max) raw reward of the scored leaves below (None if none)."""
+        span: list[tuple[float, float] | None] = [None] * len(self.nodes)
+        for node in reversed(self.nodes):  # children always have larger ids
+            if node.is_leaf:
+                if node.reward is not None and node.id != 0:
+                    span[node.id] = (float(node.reward), float(node.reward))
+                continue
+            below = [span[c] for c in node.children if span[c] is not None]
+            if below:
+                span[node.id] = (min(b[0] for b in below), max(b[1] for b in below))  # type: ignore[index]
+        return span
+
     def metrics(self) -> TreeMetrics:
         self.compute_targets()
         leaves = self.leaves()
         scored = [n for n in leaves if n.reward is not None]
         succ = sum(self.is_success(n) for n in scored)
         anchors = self.anchors()
-        mixed_anchors = sum(0 < a.num_success < a.num_leaves for a in anchors)
+        span = self.reward_spans()
+        mixed_anchors = sum(_spread(span[a.id]) for a in anchors)
         turns = len(self.nodes) - 1
         tokens = sum(n.turn.num_tokens for n in self.nodes if n.turn is not None)
+        rewards = [float(n.reward) for n in scored]  # type: ignore[arg-type]
         return TreeMetrics(
-            mixed=0 < succ < len(scored),
+            mixed=_spread(span[0]),
+            success_mixed=0 < succ < len(scored),
+            mean_reward=sum(rewards) / len(rewards) if rewards else math.nan,
             leaves=len(scored),
             successes=succ,
             failures=len(scored) - succ,
@@ -452,9 +496,22 @@ def _validate(tree: RolloutTree) -> None:
             raise TreeFormatError(f"corrupted rollout tree {tree.prompt_id!r}: node {i} has a bad depth")
 
 
+def _spread(span: tuple[float, float] | None) -> bool:
+    """Whether the rewards in a (min, max) span are not all equal."""
+    return span is not None and span[1] - span[0] > REWARD_TOL
+
+
+def success_threshold_for(reset_info: dict[str, Any] | None) -> float:
+    """The success threshold an env declares in its reset info (else `BINARY_THRESHOLD`)."""
+    value = (reset_info or {}).get("success_threshold", BINARY_THRESHOLD)
+    if not 0.0 < float(value) <= 1.0:
+        raise TreeError(f"success_threshold must be in (0, 1], got {value!r} in the env's reset info")
+    return float(value)
+
+
 # ---------------------------------------------------------------------- batch level
 def effective_ratio(trees: Sequence[RolloutTree]) -> float:
-    """Share of trees with at least one success and one failure leaf (nan for no trees)."""
+    """Share of mixed trees: scored leaf rewards not all equal (nan for no trees)."""
     if not trees:
         return math.nan
     return sum(t.metrics().mixed for t in trees) / len(trees)
@@ -467,6 +524,7 @@ def batch_metrics(trees: Sequence[RolloutTree]) -> dict[str, float]:
         "prompts": len(ms),
         "effective_ratio": (sum(m.mixed for m in ms) / len(ms)) if ms else math.nan,
         "mixed_groups": sum(m.mixed for m in ms),
+        "success_mixed_groups": sum(m.success_mixed for m in ms),
         "mixed_anchors": sum(m.mixed_anchors for m in ms),
         "contrastive_pairs": sum(m.contrastive_pairs for m in ms),
         "leaves": sum(m.leaves for m in ms),

@@ -54,6 +54,7 @@ from trace_gym.trainers.sync import sync_weights
 from trace_gym.core import unwrap
 from trace_gym.errors import ConfigError
 from trace_gym.optional import require
+from trace_gym.provenance import write_provenance
 from trace_gym.seeding import stable_seed
 from trace_gym.tree import RolloutTree, batch_metrics, save_trees
 
@@ -274,6 +275,7 @@ class Trainer:
         self.config = config
         self.out = Path(config.out_dir)
         self.out.mkdir(parents=True, exist_ok=True)
+        write_provenance(self.out, config)
         parts = build_parts(config, policy=policy, env_factory=env_factory, allocator=allocator, predictor=predictor)
         self.policy, self.model, self.ref_model = parts.policy, parts.model, parts.ref_model
         self.optimizer, self.sync_mode = parts.optimizer, parts.sync_mode

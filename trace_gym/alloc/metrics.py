@@ -1,7 +1,10 @@
 """What an allocation is expected to buy and what it costs (ALGORITHMS.md "Metrics").
 
 - expected mixed groups: sum f(v_i, m_i) of the root allocation, under the predicted
-  values and (simulator only) the true ones;
+  values and (simulator only) the true ones; v is the probability of the success event
+  (reward >= the tree's ``success_threshold``), so with graded rewards this counts
+  *success-mixed* groups (`TreeMetrics.success_mixed`), a lower bound on mixed groups
+  (raw rewards not all equal, `TreeMetrics.mixed`); for {0, 1} rewards they are equal;
 - expected flips: sum (1 - q_j^k_j) of a prefix allocation, likewise;
 - accounted cost: roots cost 1 trajectory, a replay `replay_cost` (0.5 as in the paper),
   the arithmetic of `trace_gym.budget.Budget`;

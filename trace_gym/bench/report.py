@@ -19,6 +19,8 @@ from typing import Any
 
 import numpy as np
 
+from trace_gym.provenance import write_provenance
+
 __all__ = [
     "StepRecord",
     "format_curves",
@@ -392,6 +394,7 @@ def write_outputs(
     if out_dir is None:
         return written
     out_dir.mkdir(parents=True, exist_ok=True)
+    written.append(write_provenance(out_dir, summary.get("config")))
     path = out_dir / "summary.json"
     path.write_text(json.dumps(summary, indent=2, default=_json_default))
     written.append(path)
