@@ -18,12 +18,14 @@ import trace_gym
 from trace_gym.bench.fuzz import fuzz_action, fuzz_env
 from trace_gym.testing import CountdownEnv
 
-#: env id -> (fast-set actions, keyword arguments of gym.make)
+#: env id -> (fast-set actions, keyword arguments of gym.make, action length cap or None)
 ENVS = {
-    "trace/Sim-v0": (600, {}),
-    "trace/BFCL-v0": (400, {}),
-    # a small sandbox: a fuzzed cell that loops is cut at 2 s
-    "trace/Math-v0": (25, {"sandbox": {"cell_timeout_s": 2.0, "cell_cpu_s": 1.5, "memory_mb": 768}}),
+    "trace/Sim-v0": (600, {}, None),
+    "trace/BFCL-v0": (400, {}, None),
+    # a small sandbox: a fuzzed cell that loops is cut at 2 s. The cap keeps the run short:
+    # Math's answer parser is quadratic in a flood of unclosed \boxed{ (8.5k characters
+    # take 1.8 s, 68k take 89 s); `trace-gym bench fuzz` reports it at the default cap
+    "trace/Math-v0": (25, {"sandbox": {"cell_timeout_s": 2.0, "cell_cpu_s": 1.5, "memory_mb": 768}}, 4_000),
 }
 
 
@@ -57,7 +59,7 @@ def _usable(env: gym.Env, rng: np.random.Generator) -> None:
 
 
 def _fuzz(env_id: str, actions: int, seed: int) -> None:
-    kwargs = ENVS[env_id][1]
+    _, kwargs, cap = ENVS[env_id]
     rng = np.random.default_rng(seed)
     warm = gym.make(env_id, **kwargs)  # shared pools (the math verifier) start here, not in the count
     warm.reset(seed=0)
@@ -65,6 +67,8 @@ def _fuzz(env_id: str, actions: int, seed: int) -> None:
     warm.close()
     before = _descendants()
     env = gym.make(env_id, **kwargs)
+    if cap is not None:
+        env.unwrapped.max_action_chars = cap
     env.reset(seed=seed)
     rejected = 0
     for _ in range(actions):
