@@ -77,4 +77,6 @@ def check_env_id(env_id: str) -> None:
             importlib.import_module(module)
         gym.spec(name)
     except (ImportError, gym.error.Error) as e:
-        raise ConfigError(f"unknown env id {env_id!r} ({e}); built-in ids: {', '.join(env_ids())}") from e
+        raise ConfigError(
+            f"unknown env id {env_id!r} ({e}); built-in ids: {', '.join(env_ids())}"
+        ) from e

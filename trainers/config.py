@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from trace_gym.errors import ConfigError, unknown
-from trace_gym.registration import check_env_id
 from trace_gym.optional import require
+from trace_gym.registration import check_env_id
 
 __all__ = ["AlgoConfig", "OptimConfig", "PolicyConfig", "RolloutConfig", "TrainConfig", "load_config"]
 

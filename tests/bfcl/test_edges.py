@@ -34,20 +34,32 @@ def test_example_action_after_a_call_that_does_not_parse_back(call):
     env.step(action)
 
 
-@pytest.mark.parametrize(("on_malformed", "event", "user_turn"), [("error", "calls", 0), ("end_turn", "end_of_turn", 1)])
+@pytest.mark.parametrize(
+    ("on_malformed", "event", "user_turn"), [("error", "calls", 0), ("end_turn", "end_of_turn", 1)]
+)
 def test_over_long_message_is_a_malformed_call(on_malformed, event, user_turn):
-    env = gym.make("trace/BFCL-v0", categories=("base",), max_action_chars=200, on_malformed=on_malformed)
+    env = gym.make(
+        "trace/BFCL-v0", categories=("base",), max_action_chars=200, on_malformed=on_malformed
+    )
     env.reset(options={"task": "multi_turn_base_0"})
     ck = trace_gym.checkpoint(env)
     long_call = "[cd(folder='" + "d" * 300 + "')]"
     obs, reward, term, trunc, info = env.step(long_call)
-    assert info["event"] == event and info["user_turn"] == user_turn and info["error"] == "action_too_long"
-    assert info["malformed"] == ["Error during execution: your message is 315 characters long; the limit is 200. Send a shorter message."]
+    assert (
+        info["event"] == event
+        and info["user_turn"] == user_turn
+        and info["error"] == "action_too_long"
+    )
+    assert info["malformed"] == [
+        "Error during execution: your message is 315 characters long; the limit is 200. Send a shorter message."
+    ]
     if on_malformed == "error":
         assert obs == info["malformed"][0] and info["calls"] == []
     trace_gym.restore(env, ck)
     assert env.step(long_call)[0] == obs
-    assert env.step("[cd(folder='document')]")[4]["calls"][0]["status"] == "ok"  # short ones still run
+    assert (
+        env.step("[cd(folder='document')]")[4]["calls"][0]["status"] == "ok"
+    )  # short ones still run
     with pytest.raises(ConfigError, match="max_action_chars"):
         gym.make("trace/BFCL-v0", categories=("base",), max_action_chars=0)
 

@@ -41,21 +41,36 @@ def test_every_command_refuses_an_unknown_flag_in_one_line(capsys, command):
     ],
 )
 def test_rollout_bad_values_are_one_line(capsys, tmp_path, args, match):
-    argv = ["rollout", "--env", "trace/Sim-v0", "--policy", "sim", "--out", str(tmp_path / "t.jsonl"), *args]
+    argv = [
+        "rollout",
+        "--env",
+        "trace/Sim-v0",
+        "--policy",
+        "sim",
+        "--out",
+        str(tmp_path / "t.jsonl"),
+        *args,
+    ]
     assert match in _one_line_error(capsys, argv)
 
 
 def test_rollout_unknown_env_and_unwritable_out(capsys, tmp_path):
     out = str(tmp_path / "t.jsonl")
-    assert "unknown env id 'trace/Nope-v0'" in _one_line_error(capsys, ["rollout", "--env", "trace/Nope-v0", "--out", out])
+    assert "unknown env id 'trace/Nope-v0'" in _one_line_error(
+        capsys, ["rollout", "--env", "trace/Nope-v0", "--out", out]
+    )
     blocker = tmp_path / "file"
     blocker.write_text("")
-    err = _one_line_error(capsys, ["rollout", "--env", "trace/Sim-v0", "--out", str(blocker / "t.jsonl")])
+    err = _one_line_error(
+        capsys, ["rollout", "--env", "trace/Sim-v0", "--out", str(blocker / "t.jsonl")]
+    )
     assert f"cannot write --out {blocker / 't.jsonl'}" in err
 
 
 def test_bench_fuzz_bad_values(capsys):
-    assert "unknown env id 'trace/Nope-v0'" in _one_line_error(capsys, ["bench", "fuzz", "--envs", "trace/Nope-v0"])
+    assert "unknown env id 'trace/Nope-v0'" in _one_line_error(
+        capsys, ["bench", "fuzz", "--envs", "trace/Nope-v0"]
+    )
     assert "--actions must be >= 1" in _one_line_error(capsys, ["bench", "fuzz", "--actions", "0"])
 
 
@@ -80,8 +95,13 @@ def test_the_installed_entry_point_prints_no_traceback(tmp_path):
         [sys.executable, "-m", "trace_gym.cli", "rollout", "--env", "trace/Sim-v0", "--tasks", "0", "--out", str(tmp_path / "t")],
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip
-    assert out.returncode == 2 and out.stderr == "trace-gym rollout: error: --tasks must be >= 1, got 0\n"
+    assert (
+        out.returncode == 2
+        and out.stderr == "trace-gym rollout: error: --tasks must be >= 1, got 0\n"
+    )
 
 
 def test_eval_with_an_unknown_env_is_one_line(capsys):
-    assert "Environment `Nope` doesn't exist" in _one_line_error(capsys, ["eval", "--env", "trace/Nope-v0", "--policy", "sim"])
+    assert "Environment `Nope` doesn't exist" in _one_line_error(
+        capsys, ["eval", "--env", "trace/Nope-v0", "--policy", "sim"]
+    )

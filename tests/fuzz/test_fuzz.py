@@ -25,7 +25,11 @@ ENVS = {
     # a small sandbox: a fuzzed cell that loops is cut at 2 s. The cap keeps the run short:
     # Math's answer parser is quadratic in a flood of unclosed \boxed{ (8.5k characters
     # take 1.8 s, 68k take 89 s); `trace-gym bench fuzz` reports it at the default cap
-    "trace/Math-v0": (25, {"sandbox": {"cell_timeout_s": 2.0, "cell_cpu_s": 1.5, "memory_mb": 768}}, 4_000),
+    "trace/Math-v0": (
+        25,
+        {"sandbox": {"cell_timeout_s": 2.0, "cell_cpu_s": 1.5, "memory_mb": 768}},
+        4_000,
+    ),
 }
 
 
@@ -61,7 +65,9 @@ def _usable(env: gym.Env, rng: np.random.Generator) -> None:
 def _fuzz(env_id: str, actions: int, seed: int) -> None:
     _, kwargs, cap = ENVS[env_id]
     rng = np.random.default_rng(seed)
-    warm = gym.make(env_id, **kwargs)  # shared pools (the math verifier) start here, not in the count
+    warm = gym.make(
+        env_id, **kwargs
+    )  # shared pools (the math verifier) start here, not in the count
     warm.reset(seed=0)
     warm.step(warm.unwrapped.example_action(rng))
     warm.close()

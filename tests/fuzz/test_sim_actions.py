@@ -36,7 +36,7 @@ def test_sim_answers_over_long_actions_and_still_ends_on_time():
     env.unwrapped.max_action_chars = 30
     env.reset(seed=0, options={"task": 0})
     turns = env.unwrapped.task.turns
-    for t in range(turns):
+    for t in range(turns):  # noqa: B007 - t is checked after the loop
         obs, reward, term, trunc, info = env.step("action 1" + " " * 40)
         assert obs.startswith("Error: your message is 48 characters long; the limit is 30.")
         assert "Could not parse an action" in obs and info["error"] == "action_too_long"

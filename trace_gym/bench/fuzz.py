@@ -75,8 +75,12 @@ def _flood(rng: np.random.Generator, limit: int) -> str:
 
 def _deep(rng: np.random.Generator, limit: int) -> str:
     k = int(rng.choice([100, 1_000, max(1, limit // 4)]))
-    opener, closer = [("[", "]"), ('{"a":', "}"), ("f(", ")"), ("\\boxed{", "}"), ("((", "))")][int(rng.integers(5))]
-    return opener * k + ("1" if rng.random() < 0.5 else "") + closer * (k if rng.random() < 0.5 else 0)
+    opener, closer = [("[", "]"), ('{"a":', "}"), ("f(", ")"), ("\\boxed{", "}"), ("((", "))")][
+        int(rng.integers(5))
+    ]
+    return (
+        opener * k + ("1" if rng.random() < 0.5 else "") + closer * (k if rng.random() < 0.5 else 0)
+    )
 
 
 def fuzz_action(rng: np.random.Generator, env: TraceEnv) -> str:
@@ -90,7 +94,11 @@ def fuzz_action(rng: np.random.Generator, env: TraceEnv) -> str:
     if kind < 0.65:
         return _text(rng, int(rng.integers(0, 200)))
     if kind < 0.75:
-        return "action " + "9" * int(rng.choice([1, 12, 5_000])) if rng.random() < 0.5 else "action " + _text(rng, 3)
+        return (
+            "action " + "9" * int(rng.choice([1, 12, 5_000]))
+            if rng.random() < 0.5
+            else "action " + _text(rng, 3)
+        )
     if kind < 0.83:
         return _flood(rng, limit)
     if kind < 0.91:
@@ -211,7 +219,11 @@ def main(argv: list[str] | None = None) -> int:
     from trace_gym.registration import env_ids
 
     p = argparse.ArgumentParser(prog="trace-gym bench fuzz", description=__doc__.split("\n\n")[0])
-    p.add_argument("--envs", default=",".join(env_ids()), help="comma-separated env ids (default: every registered id)")
+    p.add_argument(
+        "--envs",
+        default=",".join(env_ids()),
+        help="comma-separated env ids (default: every registered id)",
+    )
     p.add_argument("--actions", type=int, default=10_000, help="actions per env")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", help="write the reports here as JSON")
@@ -226,7 +238,9 @@ def main(argv: list[str] | None = None) -> int:
     reports = [fuzz_env(env_id, args.actions, args.seed) for env_id in ids]
     _print_table(reports)
     if args.json:
-        rows: list[dict[str, Any]] = [{**asdict(r), "within_limit": r.within_limit} for r in reports]
+        rows: list[dict[str, Any]] = [
+            {**asdict(r), "within_limit": r.within_limit} for r in reports
+        ]
         Path(args.json).write_text(json.dumps(rows, indent=1) + "\n")
         print(f"wrote {args.json}")
     return 0
