@@ -40,8 +40,8 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def _check_args(args: argparse.Namespace) -> dict[str, Any]:
-    """Refuse bad values before anything is built; returns the parsed --env-kwargs."""
+def _check_args(args: argparse.Namespace) -> None:
+    """Refuse bad values before anything is built (one `ConfigError` line each, exit 2)."""
     from trace_gym.alloc import ALLOCATORS
     from trace_gym.errors import ConfigError, unknown
     from trace_gym.registration import check_env_id
@@ -74,7 +74,6 @@ def _check_args(args: argparse.Namespace) -> dict[str, Any]:
         out.open("w").close()  # fails now, not after the first step's rollouts
     except OSError as e:
         raise ConfigError(f"cannot write --out {out}: {e.strerror or e}") from e
-    return kwargs
 
 
 def _runner(args: argparse.Namespace, factory: Any, env: Any) -> Any:
