@@ -40,6 +40,42 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+def _check_args(args: argparse.Namespace) -> None:
+    """Refuse bad values before anything is built (one `ConfigError` line each, exit 2)."""
+    from trace_gym.alloc import ALLOCATORS
+    from trace_gym.errors import ConfigError, unknown
+    from trace_gym.registration import check_env_id
+
+    least = {"--steps": (args.steps, 0), "--tasks": (args.tasks, 1), "--roots": (args.roots, 2),
+             "--m-max": (args.m_max, 2), "--group-size": (args.group_size, 2),
+             "--ray-workers": (args.ray_workers, 1), "--max-batch": (args.max_batch, 1),
+             "--limit": (1 if args.limit is None else args.limit, 1)}  # fmt: skip
+    for flag, (value, low) in least.items():
+        if value < low:
+            raise ConfigError(f"{flag} must be >= {low}, got {value}")
+    if not 0 <= args.replays < float("inf"):
+        raise ConfigError(f"--replays must be a finite number >= 0, got {args.replays}")
+    if args.allocator not in ALLOCATORS:
+        raise unknown("allocator", args.allocator, ALLOCATORS)
+    if args.predictor != "none":
+        from trace_gym.predict import predictor_entry_point
+
+        predictor_entry_point(args.predictor)
+    check_env_id(args.env)
+    try:
+        kwargs = json.loads(args.env_kwargs)
+    except json.JSONDecodeError as e:
+        raise ConfigError(f"--env-kwargs must be a JSON object, e.g. '{{\"seed\": 1}}' ({e.msg})") from e
+    if not isinstance(kwargs, dict):
+        raise ConfigError(f"--env-kwargs must be a JSON object, got {args.env_kwargs!r}")
+    out = Path(args.out)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.open("w").close()  # fails now, not after the first step's rollouts
+    except OSError as e:
+        raise ConfigError(f"cannot write --out {out}: {e.strerror or e}") from e
+
+
 def _runner(args: argparse.Namespace, factory: Any, env: Any) -> Any:
     """The (local or Ray) runner the command line asks for."""
     from trace_gym.agents.evaluate import policy_from
@@ -81,13 +117,13 @@ def main(argv: list[str]) -> int:
     from trace_gym.tree import save_trees
 
     args = _parser().parse_args(argv)
+    _check_args(args)
     factory = env_factory_from(args)
     env = factory()
     ids = list(env.unwrapped.task_ids)[: args.limit] if args.limit else list(env.unwrapped.task_ids)
     runner = _runner(args, factory, env)
     out = Path(args.out)
-    if out.exists():
-        out.unlink()
+    out.unlink()  # created empty by _check_args; steps append to it
     steps = range(args.steps)
     if not args.no_progress:
         from tqdm import tqdm

@@ -3,13 +3,22 @@
 Each sub-command lives in the module that owns the feature and exposes
 ``main(argv: list[str]) -> int``; this file only routes, so ``trace-gym envs`` never
 imports torch. Unknown commands list the known ones.
+
+Errors are reported in one place (`run_command`): a `TraceGymError` (a bad config,
+file or value), an argparse usage error, a gymnasium error (an unknown env id) or an
+OS error on a user's file becomes one line on stderr and exit code 2, never a
+traceback. Anything else is a bug and keeps its traceback.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import sys
+from collections.abc import Callable, Iterator
+
+from trace_gym.errors import TraceGymError
 
 #: command -> "module:function" (function takes argv, returns an exit code)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -37,6 +46,7 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "retriever-server": ("trace_gym.envs.hotpotqa.bench_server:main", "serve-retriever under 64 clients vs the old server"),
     "bfcl": ("trace_gym.envs.bfcl.bench:main", "BFCL env checkpoint/restore latency and steps/s"),
     "wrap-restore": ("trace_gym.bench.wrap_restore:main", "trace_gym.wrap restore (replay, deepcopy) vs a native checkpoint"),
+    "fuzz": ("trace_gym.bench.fuzz:main", "hostile actions into every env: exceptions and step times"),
 }
 
 
@@ -73,7 +83,47 @@ def bench_main(argv: list[str]) -> int:
     if name not in BENCHMARKS:
         print(f"trace-gym bench: unknown benchmark {name!r}; choose one of: {', '.join(BENCHMARKS)}", file=sys.stderr)
         return 2
-    return int(_load(BENCHMARKS[name][0])(rest) or 0)
+    return run_command(f"trace-gym bench {name}", _load(BENCHMARKS[name][0]), rest)
+
+
+class UsageError(TraceGymError):
+    """A command line argparse refused (raised instead of argparse's usage-and-exit)."""
+
+
+def _usage_error(parser: argparse.ArgumentParser, message: str):
+    raise UsageError(f"{message} (see {parser.prog} --help)")
+
+
+@contextlib.contextmanager
+def _argparse_raises() -> Iterator[None]:
+    """Make every `argparse.ArgumentParser` raise `UsageError` instead of printing usage and exiting."""
+    original = argparse.ArgumentParser.error
+    argparse.ArgumentParser.error = _usage_error  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        argparse.ArgumentParser.error = original  # type: ignore[method-assign]
+
+
+def _is_user_error(e: BaseException) -> bool:
+    """Ours, an OS error on a user's path, or gymnasium's (an id `gym.make` does not know)."""
+    return isinstance(e, (TraceGymError, OSError)) or type(e).__module__ == "gymnasium.error"
+
+
+def run_command(prog: str, func: Callable[[list[str]], int | None], argv: list[str]) -> int:
+    """Run one command; a user error becomes one line ``PROG: error: ...`` on stderr and exit 2."""
+    try:
+        with _argparse_raises():
+            return int(func(argv) or 0)
+    except Exception as e:
+        if not _is_user_error(e):
+            raise
+        message = " ".join(str(e).split()) or type(e).__name__
+        print(f"{prog}: error: {message}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"{prog}: interrupted", file=sys.stderr)
+        return 130
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -87,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     if cmd not in COMMANDS:
         print(f"trace-gym: unknown command {cmd!r}; choose one of: {', '.join(COMMANDS)}", file=sys.stderr)
         return 2
-    return int(_load(COMMANDS[cmd][0])(rest) or 0)
+    return run_command(f"trace-gym {cmd}", _load(COMMANDS[cmd][0]), rest)
 
 
 if __name__ == "__main__":

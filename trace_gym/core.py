@@ -130,7 +130,16 @@ class TraceEnv(gym.Env[str, str]):
     whose state is part of every checkpoint.
     """
 
-    metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi"]}
+    #: "ansi" renders the transcript; a text env has no frame rate, but gymnasium's checker
+    #: warns on every env that declares render modes without one, so declare one frame per turn
+    metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi"], "render_fps": 1}
+    #: longest assistant message `step` passes to `_step` (characters); a longer one is
+    #: answered by `_reject_action` as an observation. Set per instance (an env's
+    #: ``max_action_chars=`` argument, or ``env.unwrapped.max_action_chars = n``).
+    max_action_chars: int = 100_000
+    #: the longest one step may take by configuration (a tool or interpreter timeout), in
+    #: seconds; None when nothing in a step waits on a timeout (`trace-gym bench fuzz`)
+    step_time_limit_s: float | None = None
     #: default registered id; `gym.make` overrides it through `self.spec`
     env_id: ClassVar[str] = "trace/Unknown-v0"
     #: info keys whose values may legitimately differ between replays (timings)
@@ -182,6 +191,18 @@ class TraceEnv(gym.Env[str, str]):
     def example_action(self, rng: np.random.Generator) -> str:
         """A plausible action for the current state (random text by default)."""
         return self.action_space.sample()
+
+    def _reject_action(self, action: str, reason: str) -> Transition:
+        """The turn for an action `step` refuses to parse (over `max_action_chars`).
+
+        By default the env answers an empty message (which every env treats as one
+        it cannot act on, so its own turn bookkeeping stays right) and the reason is
+        put in front of the observation. Envs where an empty message means something
+        (BFCL: "end the user turn") override this.
+        """
+        obs, reward, terminated, info = self._step("")
+        head = f"Error: {reason}"
+        return Transition(f"{head}\n{obs}" if obs else head, reward, terminated, info)
 
     # ----------------------------------------------------------------- public API
     @property
@@ -256,7 +277,16 @@ class TraceEnv(gym.Env[str, str]):
             raise InvalidAction(
                 f"{self.id}: actions are strings (the assistant's message), got {type(action).__name__}"
             )
-        obs, reward, terminated, info = self._step(action)
+        if len(action) > self.max_action_chars:
+            reason = (
+                f"your message is {len(action)} characters long; the limit is "
+                f"{self.max_action_chars}. Send a shorter message."
+            )
+            obs, reward, terminated, info = self._reject_action(action, reason)
+            info = {**info, "error": "action_too_long", "action_chars": len(action)}
+            action = f"{action[: self.max_action_chars]}... [{len(action)} characters, cut]"
+        else:
+            obs, reward, terminated, info = self._step(action)
         self._turn += 1
         truncated = (not terminated) and self._turn >= self.max_turns
         self._done = bool(terminated or truncated)

@@ -68,3 +68,21 @@ def register_envs() -> None:
 
 def env_ids() -> list[str]:
     return [e.id for e in BUILTIN_ENVS]
+
+
+def check_env_id(env_id: str) -> None:
+    """Raise `ConfigError` now if gymnasium cannot make `env_id` ("module:Id-vN" imports its module)."""
+    import importlib
+
+    from trace_gym.errors import ConfigError
+
+    register_envs()
+    module, _, name = str(env_id).rpartition(":")
+    try:
+        if module:
+            importlib.import_module(module)
+        gym.spec(name)
+    except (ImportError, gym.error.Error) as e:
+        raise ConfigError(
+            f"unknown env id {env_id!r} ({e}); built-in ids: {', '.join(env_ids())}"
+        ) from e

@@ -45,6 +45,7 @@ from __future__ import annotations
 import gzip
 import json
 import math
+import zlib
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -441,6 +442,7 @@ class RolloutTree:
                 f"rollout-tree format version {version!r} is not supported by this trace-gym "
                 f"(reads versions {READ_VERSIONS}); upgrade trace-gym or re-export the trees"
             )
+        _check_fields(d, _TREE_SCHEMA, f"corrupted rollout tree {d.get('prompt_id')!r:.60}")
         try:
             tree = cls(
                 d["prompt_id"],
@@ -452,7 +454,7 @@ class RolloutTree:
                 info=d["info"],
             )
             tree.nodes = [_node_from_dict(nd, version) for nd in d["nodes"]]
-        except (KeyError, TypeError, ValueError) as e:
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
             raise TreeFormatError(f"corrupted rollout tree {d.get('prompt_id')!r}: {e!r}") from e
         _validate(tree)
         return tree
@@ -480,20 +482,97 @@ def _node_from_dict(d: dict[str, Any], version: int = FORMAT_VERSION) -> Node:
     return Node(turn=Turn(**turn) if turn is not None else None, failure=failure, **d)
 
 
+def _is_int(x: Any) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _is_num(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+def _list_of(check):
+    return lambda x: isinstance(x, list) and all(check(v) for v in x)
+
+
+def _optional(check):
+    return lambda x: x is None or check(x)
+
+
+_IS_STR = lambda x: isinstance(x, str)  # noqa: E731
+_IS_DICT = lambda x: isinstance(x, dict)  # noqa: E731
+_IS_BOOL = lambda x: isinstance(x, bool)  # noqa: E731
+#: field -> (check, what the format says it is); what loading checks before anything reads it
+_TREE_SCHEMA = {
+    "prompt_id": (_IS_STR, "a string"),
+    "prompt": (_IS_STR, "a string"),
+    "env_id": (_optional(_IS_STR), "a string or null"),
+    "step": (_is_int, "an integer"),
+    "prompt_token_ids": (_optional(_list_of(_is_int)), "a list of integers or null"),
+    "success_threshold": (_is_num, "a number"),
+    "info": (_IS_DICT, "an object"),
+}
+_NODE_SCHEMA = {
+    "id": (_is_int, "an integer"),
+    "parent": (_optional(_is_int), "an integer or null"),
+    "depth": (_is_int, "an integer"),
+    "children": (_list_of(_is_int), "a list of node ids"),
+    "origin": (_IS_STR, "a string"),
+    "terminal": (_IS_BOOL, "true or false"),
+    "terminated": (_IS_BOOL, "true or false"),
+    "truncated": (_IS_BOOL, "true or false"),
+    "reward": (_optional(_is_num), "a number or null"),
+    "error": (_optional(_IS_STR), "a string or null"),
+    "policy_version": (_optional(lambda x: _is_int(x) or isinstance(x, str)), "an integer, a string or null"),
+    "seed": (_optional(_is_int), "an integer or null"),
+    "value": (_optional(_is_num), "a number or null"),
+    "true_value": (_optional(_is_num), "a number or null"),
+    "target": (_optional(_is_num), "a number or null"),
+    "num_leaves": (_is_int, "an integer"),
+    "num_success": (_is_int, "an integer"),
+    "info": (_IS_DICT, "an object"),
+}
+_TURN_SCHEMA = {
+    "action": (_IS_STR, "a string"),
+    "observation": (_IS_STR, "a string"),
+    "reward": (_is_num, "a number"),
+    "token_ids": (_optional(_list_of(_is_int)), "a list of integers or null"),
+    "logprobs": (_optional(_list_of(_is_num)), "a list of numbers or null"),
+    "obs_token_ids": (_optional(_list_of(_is_int)), "a list of integers or null"),
+    "info": (_IS_DICT, "an object"),
+}
+
+
+def _check_fields(fields_: dict[str, Any], schema: dict, where: str) -> None:
+    for name, (check, what) in schema.items():
+        if name in fields_ and not check(fields_[name]):
+            raise TreeFormatError(f"{where}: {name!r} must be {what}, got {fields_[name]!r:.60}")
+
+
 def _validate(tree: RolloutTree) -> None:
+    where = f"corrupted rollout tree {tree.prompt_id!r}"
+    if not tree.nodes:
+        raise TreeFormatError(f"{where}: 'nodes' is empty (a tree has at least its root)")
     for i, n in enumerate(tree.nodes):
+        _check_fields(vars(n), _NODE_SCHEMA, f"{where}, node {i}")
+        if n.turn is not None:
+            _check_fields(vars(n.turn), _TURN_SCHEMA, f"{where}, node {i} turn")
         if n.id != i:
-            raise TreeFormatError(f"corrupted rollout tree {tree.prompt_id!r}: node {i} has id {n.id}")
+            raise TreeFormatError(f"{where}: node {i} has id {n.id}")
+        for c in n.children:
+            if not i < c < len(tree.nodes):
+                raise TreeFormatError(f"{where}: node {i} lists child {c}, not a node after it")
+            if tree.nodes[c].parent != i:
+                raise TreeFormatError(f"{where}: node {c} has a bad parent (node {i} lists it as a child)")
         if i == 0:
             if n.parent is not None or n.turn is not None:
-                raise TreeFormatError(f"corrupted rollout tree {tree.prompt_id!r}: bad root")
+                raise TreeFormatError(f"{where}: bad root")
             continue
         if n.parent is None or not 0 <= n.parent < i or i not in tree.nodes[n.parent].children:
-            raise TreeFormatError(f"corrupted rollout tree {tree.prompt_id!r}: node {i} has a bad parent")
+            raise TreeFormatError(f"{where}: node {i} has a bad parent")
         if n.turn is None:
-            raise TreeFormatError(f"corrupted rollout tree {tree.prompt_id!r}: node {i} has no turn")
+            raise TreeFormatError(f"{where}: node {i} has no turn")
         if n.depth != tree.nodes[n.parent].depth + 1:
-            raise TreeFormatError(f"corrupted rollout tree {tree.prompt_id!r}: node {i} has a bad depth")
+            raise TreeFormatError(f"{where}: node {i} has a bad depth")
 
 
 def _spread(span: tuple[float, float] | None) -> bool:
@@ -552,19 +631,39 @@ def save_trees(trees: Iterable[RolloutTree], path: str | Path, *, append: bool =
 
 
 def load_trees(path: str | Path) -> list[RolloutTree]:
-    """Read trees written by `save_trees`; a corrupted line raises `TreeFormatError`."""
+    """Read trees written by `save_trees`.
+
+    Anything wrong with the file (not UTF-8, a broken gzip stream, bad or too deeply
+    nested JSON, a field of the wrong type, a broken node structure) raises
+    `TreeFormatError` naming the file and line.
+    """
     path = Path(path)
-    trees = []
-    with _open(path, "r") as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                d = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise TreeFormatError(f"{path}:{lineno}: not valid JSON ({e.msg}); the file is corrupted") from e
-            try:
-                trees.append(RolloutTree.from_dict(d))
-            except TreeFormatError as e:
-                raise TreeFormatError(f"{path}:{lineno}: {e}") from e
+    trees: list[RolloutTree] = []
+    lineno = 0
+    try:
+        with _open(path, "r") as f:
+            for lineno, line in enumerate(f, 1):
+                if line.strip():
+                    trees.append(_tree_from_line(line, f"{path}:{lineno}"))
+    except UnicodeDecodeError as e:
+        raise TreeFormatError(f"{path}:{lineno + 1}: not UTF-8 text ({e.reason}); the file is corrupted") from e
+    except (OSError, EOFError, zlib.error) as e:  # gzip.BadGzipFile is an OSError
+        if isinstance(e, (FileNotFoundError, PermissionError, IsADirectoryError)):
+            raise
+        raise TreeFormatError(f"{path}:{lineno + 1}: unreadable ({e}); the file is truncated or not what its name says") from e
     return trees
+
+
+def _tree_from_line(line: str, where: str) -> RolloutTree:
+    try:
+        d = json.loads(line)
+    except json.JSONDecodeError as e:
+        raise TreeFormatError(f"{where}: not valid JSON ({e.msg}); the file is corrupted") from e
+    except RecursionError as e:
+        raise TreeFormatError(f"{where}: JSON nested too deeply to be a rollout tree") from e
+    try:
+        return RolloutTree.from_dict(d)
+    except TreeFormatError as e:
+        raise TreeFormatError(f"{where}: {e}") from e
+    except RecursionError as e:
+        raise TreeFormatError(f"{where}: a value is nested too deeply to be a rollout tree") from e

@@ -9,16 +9,65 @@ config file mirrors the dataclasses: top-level fields plus the tables ``[policy]
 from __future__ import annotations
 
 import json
+import math
+import types
+import typing
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 from trace_gym.errors import ConfigError, unknown
 from trace_gym.optional import require
+from trace_gym.registration import check_env_id
 
 __all__ = ["AlgoConfig", "OptimConfig", "PolicyConfig", "RolloutConfig", "TrainConfig", "load_config"]
 
 POLICY_KINDS = ("tiny", "hf", "vllm", "custom")
+
+
+def _type_ok(value: Any, hint: Any) -> bool:
+    """Whether `value` (as read from a config file) fits the field annotation `hint`."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        return any(_type_ok(value, a) for a in args)
+    if hint is Any:
+        return True
+    if hint is type(None):
+        return value is None
+    if hint is bool:
+        return isinstance(value, bool)
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if hint is float:  # an integer is a fine float; NaN and infinities never are
+        return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    if hint is str:
+        return isinstance(value, str)
+    if origin is dict:
+        return isinstance(value, dict)
+    if origin is list:
+        return isinstance(value, (list, tuple)) and all(_type_ok(v, args[0]) for v in value)
+    if origin is tuple:  # fixed length, as in betas: tuple[float, float]
+        return (
+            isinstance(value, (list, tuple))
+            and len(value) == len(args)
+            and all(_type_ok(v, a) for v, a in zip(value, args, strict=True))
+        )
+    return isinstance(value, hint) if isinstance(hint, type) else True
+
+
+def _check_types(obj: Any, where: str) -> None:
+    """Refuse a field whose value has the wrong type (``steps = 2.5``, ``lr = nan``)."""
+    hints = typing.get_type_hints(type(obj))
+    for f in fields(obj):
+        value = getattr(obj, f.name)
+        if not _type_ok(value, hints[f.name]):
+            hint = hints[f.name]
+            name = f.name if where == "config" else f"{where}.{f.name}"
+            if f.name in _SECTIONS and where == "config":
+                raise ConfigError(f"{name} must be a table ([{name}] in TOML), got {value!r:.60}")
+            want = hint.__name__ if isinstance(hint, type) else str(hint).replace("typing.", "")
+            finite = " (a finite number)" if "float" in want else ""
+            raise ConfigError(f"{name} must be of type {want}{finite}, got {value!r:.60}")
 
 
 @dataclass
@@ -53,6 +102,7 @@ class PolicyConfig:
     vllm: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        _check_types(self, "policy")
         if self.kind not in POLICY_KINDS:
             raise unknown("policy kind", self.kind, POLICY_KINDS)
         if self.kind in ("hf", "vllm") and not self.path:
@@ -98,6 +148,8 @@ class RolloutConfig:
     def __post_init__(self) -> None:
         from trace_gym.alloc import ALLOCATORS
 
+        _check_types(self, "rollout")
+        check_env_id(self.env_id)
         if self.allocator not in ALLOCATORS:
             raise unknown("allocator", self.allocator, ALLOCATORS)
         if self.predictor:
@@ -108,6 +160,15 @@ class RolloutConfig:
             raise ConfigError("rollout.root_budget must be >= 2 and rollout.candidates_per_step >= 1")
         if self.replays_per_root < 0:
             raise ConfigError(f"rollout.replays_per_root must be >= 0, got {self.replays_per_root}")
+        if self.m_max < 2 or self.group_size < 2:
+            raise ConfigError(
+                f"rollout.m_max and rollout.group_size must be >= 2 (a prompt's rollouts are "
+                f"compared with each other), got m_max={self.m_max}, group_size={self.group_size}"
+            )
+        if self.replay_cost <= 0 or self.ray_workers < 1:
+            raise ConfigError("rollout.replay_cost must be > 0 and rollout.ray_workers >= 1")
+        if (self.max_batch is not None and self.max_batch < 1) or (self.train_tasks is not None and self.train_tasks < 1):
+            raise ConfigError("rollout.max_batch and rollout.train_tasks must be >= 1 (or unset)")
 
 
 @dataclass
@@ -140,6 +201,7 @@ class AlgoConfig:
         from trace_gym.trainers.advantages import ADVANTAGES, PROMPT_WEIGHTS
         from trace_gym.trainers.losses import AGGREGATIONS
 
+        _check_types(self, "algo")
         if self.name not in ADVANTAGES:
             raise unknown("optimiser", self.name, ADVANTAGES)
         if self.aggregation not in AGGREGATIONS:
@@ -172,6 +234,7 @@ class OptimConfig:
     max_seq_len: int = 8192
 
     def __post_init__(self) -> None:
+        _check_types(self, "optim")
         self.betas = tuple(self.betas)  # type: ignore[assignment]
         if self.lr <= 0 or self.micro_batch_size < 1 or self.epochs < 1:
             raise ConfigError("optim.lr must be > 0, optim.micro_batch_size >= 1 and optim.epochs >= 1")
@@ -210,6 +273,7 @@ class TrainConfig:
             value = getattr(self, name)
             if isinstance(value, dict):
                 setattr(self, name, _build(cls, value, name))
+        _check_types(self, "config")
         if self.steps < 0 or self.save_every < 0 or self.eval_every < 0 or self.keep_checkpoints < 1:
             raise ConfigError("steps, save_every and eval_every must be >= 0; keep_checkpoints >= 1")
 
@@ -236,28 +300,46 @@ def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> Tr
     """Read a TOML (stdlib), YAML (needs pyyaml) or JSON config file into a `TrainConfig`.
 
     `overrides` maps dotted keys ("algo.name", "steps") to values applied on top.
+    Every problem (unreadable file, bad syntax, a wrong key or value) is a `ConfigError`.
     """
     path = Path(path)
-    if not path.exists():
-        raise ConfigError(f"config file {path} does not exist")
-    text = path.read_text()
+    if not path.is_file():
+        raise ConfigError(f"config file {path} does not exist (or is not a file)")
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"config file {path} is not UTF-8 text (byte {e.start}); save it as UTF-8") from e
+    d = _parse_config(path, text)
+    for key, value in (overrides or {}).items():
+        *head, last = key.split(".")
+        node = d
+        for i, part in enumerate(head):
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise ConfigError(f"cannot set {key!r}: {'.'.join(head[: i + 1])} is a value, not a table")
+        node[last] = value
+    return TrainConfig.from_dict(d)
+
+
+def _parse_config(path: Path, text: str) -> dict[str, Any]:
+    """The file's top-level table (syntax errors become `ConfigError` naming the file)."""
     if path.suffix == ".toml":
         try:
             import tomllib
         except ImportError:  # Python 3.10
             tomllib = require("tomli", "pip install tomli", what="tomli (TOML on Python 3.10)")
-        d = tomllib.loads(text)
+        parse, errors = tomllib.loads, (tomllib.TOMLDecodeError,)
     elif path.suffix in (".yaml", ".yml"):
         yaml = require("yaml", "pip install pyyaml", what="pyyaml")
-        d = yaml.safe_load(text) or {}
+        parse, errors = (lambda t: yaml.safe_load(t) or {}), (yaml.YAMLError,)
     elif path.suffix == ".json":
-        d = json.loads(text)
+        parse, errors = json.loads, (json.JSONDecodeError, RecursionError)
     else:
         raise ConfigError(f"config file {path} must end in .toml, .yaml/.yml or .json")
-    for key, value in (overrides or {}).items():
-        *head, last = key.split(".")
-        node = d
-        for part in head:
-            node = node.setdefault(part, {})
-        node[last] = value
-    return TrainConfig.from_dict(d)
+    try:
+        d = parse(text)
+    except errors as e:
+        raise ConfigError(f"config file {path} is not valid {path.suffix[1:].upper()}: {str(e).splitlines()[0]}") from e
+    if not isinstance(d, dict):
+        raise ConfigError(f"config file {path} must hold a table of settings, got {type(d).__name__}")
+    return d

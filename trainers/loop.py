@@ -25,12 +25,16 @@ optimiser, the predictor's ``state_dict()``, the runner's visit histories, the R
 and the step; resuming loads them into the parts the config builds.
 They are written into a temporary directory and moved into place with ``os.replace``;
 ``latest`` is updated the same way, so a run killed at any moment resumes from the last
-complete step and replays the following steps with the same data.
+complete step and replays the following steps with the same data. Each checkpoint
+carries the sha256 of its files (``checksums.json``); resuming skips, with a warning,
+one that is truncated or fails its checksum, or that ``latest`` names but is missing,
+and loads the newest valid one. A torn last row of ``metrics.jsonl`` is dropped.
 """
 
 from __future__ import annotations
 
 import copy
+import hashlib
 import json
 import logging
 import os
@@ -38,6 +42,7 @@ import pickle
 import random
 import shutil
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -52,7 +57,7 @@ from trace_gym.trainers.losses import LossOutput, entropy_from_logits, policy_lo
 from trace_gym.trainers.sync import sync_weights
 
 from trace_gym.core import unwrap
-from trace_gym.errors import ConfigError
+from trace_gym.errors import ConfigError, TraceGymError
 from trace_gym.optional import require
 from trace_gym.provenance import write_provenance
 from trace_gym.seeding import stable_seed
@@ -533,6 +538,8 @@ class Trainer:
         with open(tmp / "state.pkl", "wb") as f:
             pickle.dump({"step": self.step, "rng": rng, "predictor": None if predictor is None else predictor.state_dict(),
                          "history": dict(self.runner.history), "config": self.config.to_dict()}, f)
+        sums = {name: _sha256(tmp / name) for name in CHECKPOINT_FILES}
+        (tmp / CHECKSUMS).write_text(json.dumps(sums, indent=1) + "\n")
         if final.exists():
             shutil.rmtree(final)
         os.replace(tmp, final)
@@ -544,13 +551,46 @@ class Trainer:
             shutil.rmtree(old, ignore_errors=True)
         return final
 
-    def load(self) -> bool:
-        """Restore the latest complete checkpoint, if any; True when one was loaded."""
-        pointer = self.ckpt_root / "latest"
+    def _candidates(self) -> tuple[list[Path], list[str]]:
+        """Checkpoint dirs to try, best first (the one `latest` names, then newest first), and
+        what was wrong with the pointer."""
+        root = self.ckpt_root
+        found = sorted((p for p in root.glob("step_*") if p.is_dir()), reverse=True)
+        pointer = root / "latest"
         if not pointer.exists():
-            return False
-        path = self.ckpt_root / pointer.read_text().strip()
-        blob = torch.load(path / "trainer.pt", map_location="cpu", weights_only=False)
+            return found, []
+        named = root / pointer.read_text(errors="replace").strip()
+        if named.is_dir():
+            return [named] + [p for p in found if p != named], []
+        problem = f"checkpoint pointer {pointer} names {named.name!r}, which is missing"
+        warnings.warn(f"{problem}; looking for an older checkpoint", RuntimeWarning, stacklevel=3)
+        return found, [problem]
+
+    def load(self) -> bool:
+        """Restore the newest valid checkpoint, if any; True when one was loaded.
+
+        A checkpoint whose files are truncated or fail their checksum is skipped with a
+        warning (the previous one is intact: checkpoints are written whole, then moved).
+        """
+        candidates, problems = self._candidates()
+        for path in candidates:
+            try:
+                blob, state = _read_checkpoint(path)
+            except _BadCheckpoint as e:
+                problems.append(str(e))
+                warnings.warn(f"skipping checkpoint {path}: {e}", RuntimeWarning, stacklevel=2)
+                continue
+            if problems:
+                warnings.warn(f"resuming from the older checkpoint {path} ({len(problems)} problem(s) with newer ones)",
+                              RuntimeWarning, stacklevel=2)  # fmt: skip
+            self._apply_checkpoint(path, blob, state)
+            return True
+        if problems:
+            raise ConfigError(f"no usable checkpoint in {self.ckpt_root} ({'; '.join(problems)}); "
+                              "delete the directory to start over, or set resume = false")  # fmt: skip
+        return False
+
+    def _apply_checkpoint(self, path: Path, blob: dict[str, Any], state: dict[str, Any]) -> None:
         missing = set(blob["weights"]) - {n for n, _ in self.model.named_parameters()}
         if missing:
             raise ConfigError(f"checkpoint {path} does not match the model (unknown weights {sorted(missing)[:3]}...)")
@@ -559,8 +599,6 @@ class Trainer:
             for n, w in blob["weights"].items():
                 params[n].copy_(w)
         self.optimizer.load_state_dict(blob["optimizer"])
-        with open(path / "state.pkl", "rb") as f:
-            state = pickle.load(f)
         self.step = int(state["step"])
         if state["predictor"] is not None:
             if self.runner.predictor is None:
@@ -576,14 +614,63 @@ class Trainer:
         self._truncate_metrics()
         sync_weights(self.policy, self.model)
         log.info("resumed from %s (next step %d)", path, self.step)
-        return True
 
     def _truncate_metrics(self) -> None:
-        """Drop metric rows of steps after the checkpoint (they will be rerun)."""
+        """Drop metric rows of steps after the checkpoint (they will be rerun) and torn lines."""
         path = self.out / "metrics.jsonl"
         if not path.exists():
             return
-        rows = [line for line in path.read_text().splitlines() if line.strip() and json.loads(line)["step"] < self.step]
+        rows, torn = [], 0
+        for line in path.read_text(errors="replace").splitlines():
+            if not line.strip():
+                continue
+            try:
+                step = json.loads(line)["step"]
+            except (json.JSONDecodeError, KeyError, TypeError):  # a kill while the row was written
+                torn += 1
+                continue
+            if step < self.step:
+                rows.append(line)
+        if torn:
+            warnings.warn(f"{path}: dropped {torn} unreadable row(s) (a run killed while logging)",
+                          RuntimeWarning, stacklevel=3)  # fmt: skip
         tmp = path.with_suffix(".tmp")
         tmp.write_text("".join(r + "\n" for r in rows))
         os.replace(tmp, path)
+
+
+#: the files of a checkpoint dir, each with its sha256 in `CHECKSUMS`
+CHECKPOINT_FILES = ("trainer.pt", "state.pkl")
+CHECKSUMS = "checksums.json"
+
+
+class _BadCheckpoint(TraceGymError):
+    """A checkpoint dir that cannot be read (truncated, checksum mismatch, missing file)."""
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _read_checkpoint(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(trainer blob, state) of a checkpoint dir, verified; raises `_BadCheckpoint`."""
+    sums_path = path / CHECKSUMS
+    try:
+        sums = json.loads(sums_path.read_text()) if sums_path.exists() else {}  # older checkpoints have none
+        for name in CHECKPOINT_FILES:
+            if name in sums and _sha256(path / name) != sums[name]:
+                raise _BadCheckpoint(f"{name} does not match its checksum (truncated or changed)")
+        blob = torch.load(path / "trainer.pt", map_location="cpu", weights_only=False)
+        with open(path / "state.pkl", "rb") as f:
+            state = pickle.load(f)
+        if not isinstance(blob, dict) or not isinstance(state, dict) or {"weights", "optimizer"} - set(blob):
+            raise _BadCheckpoint("its files do not hold a trainer checkpoint")
+    except _BadCheckpoint:
+        raise
+    except Exception as e:  # noqa: BLE001 - any failure to read means: try the previous one
+        raise _BadCheckpoint(f"unreadable ({type(e).__name__}: {str(e)[:120]})") from e
+    return blob, state

@@ -105,6 +105,9 @@ class BFCLEnv(TraceEnv):
             call it; BFCL v3 did. On by default.
         max_turns: total step limit of an episode (default: enough for every turn to
             use its full step budget, so only the per-turn limit binds).
+        max_action_chars: longest assistant message parsed; a longer one is answered
+            like a malformed call (``Error during execution: ...``, the turn goes on, or
+            ends with ``on_malformed="end_turn"``).
     """
 
     env_id = "trace/BFCL-v0"
@@ -118,6 +121,7 @@ class BFCLEnv(TraceEnv):
         on_malformed: str = "error",
         check_irrelevance: bool = True,
         max_turns: int | None = None,
+        max_action_chars: int = TraceEnv.max_action_chars,
         render_mode: str | None = None,
     ):
         bfcl_data.require_bfcl()
@@ -129,6 +133,9 @@ class BFCLEnv(TraceEnv):
             raise ConfigError(f"on_malformed must be 'error' or 'end_turn', got {on_malformed!r}")
         if max_steps_per_turn < 1:
             raise ConfigError(f"max_steps_per_turn must be >= 1, got {max_steps_per_turn}")
+        if max_action_chars < 1:
+            raise ConfigError(f"max_action_chars must be >= 1, got {max_action_chars}")
+        self.max_action_chars = int(max_action_chars)
         self.categories = tuple(categories)
         self.entries: list[BFCLEntry] = bfcl_data.load_entries(self.categories)
         self.max_steps_per_turn = int(max_steps_per_turn)
@@ -200,6 +207,11 @@ class BFCLEnv(TraceEnv):
         if parsed.calls or (parsed.errors and self.on_malformed == "error"):
             return self._call_step(parsed)
         return self._end_turn(parsed)
+
+    def _reject_action(self, action: str, reason: str) -> Transition:
+        """An over-long message is a malformed call: its error is the observation."""
+        parsed = ParsedAction((), (f"Error during execution: {reason}",), "text")
+        return self._call_step(parsed) if self.on_malformed == "error" else self._end_turn(parsed)
 
     def _call_step(self, parsed: ParsedAction) -> Transition:
         p = self._progress

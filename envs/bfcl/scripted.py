@@ -99,6 +99,19 @@ def replay_position(actions: Sequence[str]) -> tuple[int, list[list[str]]]:
     return turn, steps
 
 
+def _calls_made(text: str) -> list[Call]:
+    """The calls of one recorded call string; none when the model's call cannot be parsed back.
+
+    The env records whatever the model called, so a name such as ``"a b"`` or a lone
+    surrogate (``"\\ud800"``, which `ast.parse` cannot encode) does not parse; such a call
+    never matches the ground truth, so it is simply not counted.
+    """
+    try:
+        return parse_python_calls(text)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):  # UnicodeEncodeError is a ValueError
+        return []
+
+
 def _perturb(value: Any) -> Any:
     if isinstance(value, bool):
         return not value
@@ -148,7 +161,7 @@ class ScriptedBFCL:
         err = rng.random() < self.error_rate
         if not truth:
             return format_calls([self._stray(entry, turn, rng)], self.syntax, involved) if err else CANNOT_REPLY
-        made = [_key(c, involved) for step in turn_calls for text in step for c in parse_python_calls(text)]
+        made = [_key(c, involved) for step in turn_calls for text in step for c in _calls_made(text)]
         done = 0
         for key in made:  # greedy in-order match of the ground truth against the calls made
             if done < len(truth) and key == _key(truth[done], involved):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import warnings
 from functools import cache
 
 import numpy as np
@@ -270,3 +271,29 @@ def test_fast_matches_reference_at_benchmark_shape():
         ref = solve_roots_reference(values, budget, 16)
         _assert_valid(fast.counts, budget, 16, True)
         assert fast.objective == pytest.approx(ref.objective, abs=1e-9)
+
+
+def test_prefix_knapsack_huge_budget_falls_back_to_greedy_with_a_warning():
+    # K = 1e6 at resolution 100 would build a 4 x 1e8 table (over 3 GB): never built
+    values, rewards = [0.3, 0.6, 0.9, 0.5], [0.0, 1.0, 1.0, 0.0]
+    with pytest.warns(RuntimeWarning, match="cost-aware greedy"):
+        sol = solve_prefixes(values, rewards, 1e6, [1.0, 1.0, 1.0, 1.0])
+    assert sol.counts.sum() == 1_000_000
+    # equal costs: the greedy is the exact heap split
+    assert sol.counts.tolist() == solve_prefixes(values, rewards, 1_000_000).counts.tolist()
+
+
+def test_prefix_knapsack_fallback_never_overspends(monkeypatch):
+    import trace_gym.alloc.solvers as solvers
+
+    monkeypatch.setattr(solvers, "MAX_KNAPSACK_CELLS", 10)
+    costs = np.array([0.25, 0.7, 1.5])
+    with pytest.warns(RuntimeWarning, match="table cells"):
+        sol = solve_prefixes([0.2, 0.5, 0.8], [1.0, 0.0, 1.0], 5.0, costs)
+    assert float(sol.counts @ costs) <= 5.0 + 1e-9
+    assert 5.0 - float(sol.counts @ costs) < costs.min()  # nothing that still fits is left unspent
+    # under the limit the exact DP runs and warns nothing
+    monkeypatch.setattr(solvers, "MAX_KNAPSACK_CELLS", 10_000)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        solve_prefixes([0.2, 0.5, 0.8], [1.0, 0.0, 1.0], 5.0, costs)

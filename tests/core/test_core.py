@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pickle
+import warnings
 
 import gymnasium as gym
 import numpy as np
@@ -145,3 +146,33 @@ def test_public_api_raises_the_project_errors():
     assert isinstance(e.value, TraceGymError) and isinstance(e.value, TypeError)
     with pytest.raises(ConfigError, match="max_turns"):
         CountdownEnv(max_turns=0)
+
+
+def test_over_long_action_is_an_observation_and_the_env_goes_on(countdown_env):
+    env = countdown_env
+    env.max_action_chars = 50
+    env.reset(seed=0, options={"task": 0})
+    ck = env.checkpoint()
+    obs, reward, term, trunc, info = env.step("add 1" + " " * 100)
+    assert obs.startswith("Error: your message is 105 characters long; the limit is 50.")
+    assert "unknown action" in obs  # the env's own answer to a message it cannot act on
+    assert (reward, term, info["error"], info["action_chars"]) == (0.0, False, "action_too_long", 105)
+    assert env.turn == 1 and env._transcript[-2].endswith("... [105 characters, cut]")
+    obs, *_ = env.step("add 1")
+    assert obs.startswith("total=1")
+    env.restore(ck)  # the rejected turn replays exactly
+    assert env.step("add 1" + " " * 100)[0].startswith("Error: your message is 105")
+
+
+def test_no_env_declares_render_modes_without_a_render_fps():
+    from gymnasium.utils.env_checker import check_env
+
+    for env_id in trace_gym.env_ids():
+        env = gym.make(env_id)
+        try:
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                check_env(env.unwrapped, skip_render_check=False)
+            assert not [w for w in caught if "render fps" in str(w.message)], env_id
+        finally:
+            env.close()

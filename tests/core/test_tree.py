@@ -210,3 +210,78 @@ def test_targets_are_computed_once_and_marked_stale_by_edits(monkeypatch):
     t.finish(n.id, reward=1.0, terminated=True)
     assert t.metrics().successes == 3 and t.root.target == pytest.approx(3 / 5)
     assert calls[-2:] == [True, False]  # recomputed once, then read
+
+
+# ---------------------------------------------------------------------- validation on load
+def _write_tree(path: Path, d) -> Path:
+    path.write_text(json.dumps(d) + "\n")
+    return path
+
+
+def _edited(**node_changes) -> dict:
+    """build_tree()'s dict with node 3's fields changed (node index: `at`)."""
+    d = build_tree().to_dict()
+    at = node_changes.pop("at", 3)
+    d["nodes"] = [dict(n) for n in d["nodes"]]
+    d["nodes"][at].update(node_changes)
+    return d
+
+
+@pytest.mark.parametrize(
+    ("d", "match"),
+    [
+        ({**build_tree().to_dict(), "nodes": []}, "'nodes' is empty"),
+        (_edited(at=2, children=[3, 999]), "node 2 lists child 999"),
+        (_edited(reward="1"), "node 3: 'reward' must be a number or null, got '1'"),
+        (_edited(depth="0"), "node 3: 'depth' must be an integer"),
+        (_edited(id=True), "node 3: 'id' must be an integer"),
+        (_edited(turn={**build_tree().to_dict()["nodes"][3]["turn"], "token_ids": ["a"]}), "turn: 'token_ids'"),
+        (_edited(turn="text"), "corrupted rollout tree"),
+        ({**build_tree().to_dict(), "step": 2.5}, "'step' must be an integer"),
+        ({**build_tree().to_dict(), "nodes": 7}, "corrupted rollout tree"),
+    ],
+    ids=["no-nodes", "child-999", "reward-str", "depth-str", "id-bool", "token-str", "turn-str", "step-float", "nodes-int"],
+)
+def test_bad_fields_are_refused_on_load_with_file_and_line(tmp_path, d, match):
+    path = tmp_path / "t.jsonl"
+    path.write_text(json.dumps(build_tree().to_dict()) + "\n" + json.dumps(d) + "\n")
+    with pytest.raises(TreeFormatError, match=match) as e:
+        load_trees(path)
+    assert str(e.value).startswith(f"{path}:2: ")
+
+
+def test_deep_json_is_a_format_error(tmp_path):
+    path = tmp_path / "deep.jsonl"
+    path.write_text("[" * 100_000 + "]" * 100_000 + "\n")
+    with pytest.raises(TreeFormatError, match=r"deep.jsonl:1: JSON nested too deeply"):
+        load_trees(path)
+    deep_info = {**build_tree().to_dict(), "info": json.loads("[" * 500 + "]" * 500)}
+    with pytest.raises(TreeFormatError, match="'info' must be an object"):
+        load_trees(_write_tree(tmp_path / "info.jsonl", deep_info))
+
+
+def test_non_utf8_and_broken_gzip_are_format_errors(tmp_path):
+    good = json.dumps(build_tree().to_dict()) + "\n"
+    latin = tmp_path / "latin.jsonl"
+    latin.write_bytes(good.encode() + b'{"prompt": "caf\xe9"}\n')
+    with pytest.raises(TreeFormatError, match=r"latin.jsonl:\d+: not UTF-8"):
+        load_trees(latin)
+    plain = tmp_path / "plain.jsonl.gz"  # a .gz name on a file that is not gzip
+    plain.write_text(good)
+    with pytest.raises(TreeFormatError, match=r"plain.jsonl.gz:1: unreadable"):
+        load_trees(plain)
+    whole = save_trees([build_tree()] * 3, tmp_path / "whole.jsonl.gz").read_bytes()
+    cut = tmp_path / "cut.jsonl.gz"  # a download or a write that stopped half-way
+    cut.write_bytes(whole[: len(whole) // 2])
+    with pytest.raises(TreeFormatError, match=r"cut.jsonl.gz:\d+: unreadable"):
+        load_trees(cut)
+    assert len(load_trees(tmp_path / "whole.jsonl.gz")) == 3
+
+
+def test_version_1_tree_with_a_bad_error_field_is_a_format_error(tmp_path):
+    d = _edited(error=5)
+    d["version"] = 1
+    for n in d["nodes"]:
+        n.pop("failure", None)
+    with pytest.raises(TreeFormatError, match="t.jsonl:1: corrupted rollout tree"):
+        load_trees(_write_tree(tmp_path / "t.jsonl", d))

@@ -229,3 +229,87 @@ def test_generator_with_own_weights_gets_them_pushed(tmp_path, policy_factory, g
     trained = dict(export_weights(tr.model))
     for name, w in gen.inner.model.state_dict().items():
         assert torch.allclose(w, trained[name], atol=1e-6), name
+
+
+# ---------------------------------------------------------------------- damaged checkpoints
+_RUNS: dict[str, object] = {}
+
+
+@pytest.fixture
+def two_checkpoints(tmp_path_factory, policy_factory, guess_env_factory):
+    """A run dir after 2 steps with checkpoints step_000001 and step_000002 (made once, copied per test)."""
+    if "run" not in _RUNS:
+        base = tmp_path_factory.mktemp("ckpts")
+        Trainer(tiny_config(base, keep_checkpoints=3), policy=policy_factory(), env_factory=guess_env_factory).run()
+        _RUNS["run"] = base / "run"
+    return _RUNS["run"]
+
+
+def _resume_copy(tmp_path, source, policy_factory, guess_env_factory, damage):
+    import shutil
+
+    shutil.copytree(source, tmp_path / "run")
+    damage(tmp_path / "run")
+    return Trainer(tiny_config(tmp_path, steps=3, keep_checkpoints=3), policy=policy_factory(), env_factory=guess_env_factory)
+
+
+def _truncate(path):
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+
+
+def _flip_byte(path):
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize(
+    ("damage", "why"),
+    [
+        (lambda run: _truncate(run / "checkpoints" / "step_000002" / "trainer.pt"), "trainer.pt does not match its checksum"),
+        (lambda run: _truncate(run / "checkpoints" / "step_000002" / "state.pkl"), "state.pkl does not match its checksum"),
+        (lambda run: _flip_byte(run / "checkpoints" / "step_000002" / "trainer.pt"), "trainer.pt does not match its checksum"),
+        (lambda run: (run / "checkpoints" / "step_000002" / "state.pkl").unlink(), "unreadable"),
+        (lambda run: __import__("shutil").rmtree(run / "checkpoints" / "step_000002"), "names 'step_000002', which is missing"),
+    ],
+    ids=["trainer.pt-cut", "state.pkl-cut", "trainer.pt-bitflip", "state.pkl-gone", "latest-missing"],
+)
+def test_resume_falls_back_to_the_newest_valid_checkpoint(tmp_path, two_checkpoints, policy_factory, guess_env_factory, damage, why):
+    tr = _resume_copy(tmp_path, two_checkpoints, policy_factory, guess_env_factory, damage)
+    with pytest.warns(RuntimeWarning) as caught:
+        assert tr.load()
+    messages = " | ".join(str(w.message) for w in caught)
+    assert why in messages and "step_000001" in messages
+    assert tr.step == 1
+    rows = [json.loads(x)["step"] for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert rows == [0]  # step 1's row is rerun
+
+
+def test_checkpoints_without_checksums_still_load(tmp_path, two_checkpoints, policy_factory, guess_env_factory):
+    tr = _resume_copy(tmp_path, two_checkpoints, policy_factory, guess_env_factory,
+                      lambda run: (run / "checkpoints" / "step_000002" / "checksums.json").unlink())  # fmt: skip
+    assert tr.load() and tr.step == 2
+
+
+def test_no_valid_checkpoint_is_a_config_error(tmp_path, two_checkpoints, policy_factory, guess_env_factory):
+    def damage_all(run):
+        for p in (run / "checkpoints").glob("step_*/trainer.pt"):
+            _truncate(p)
+
+    tr = _resume_copy(tmp_path, two_checkpoints, policy_factory, guess_env_factory, damage_all)
+    with pytest.warns(RuntimeWarning), pytest.raises(ConfigError, match="no usable checkpoint"):
+        tr.load()
+
+
+def test_a_torn_last_metrics_row_does_not_stop_resume(tmp_path, two_checkpoints, policy_factory, guess_env_factory):
+    def tear(run):
+        with open(run / "metrics.jsonl", "a") as f:
+            f.write('{"step": 2, "rew')  # killed while logging step 2
+
+    tr = _resume_copy(tmp_path, two_checkpoints, policy_factory, guess_env_factory, tear)
+    with pytest.warns(RuntimeWarning, match="dropped 1 unreadable row"):
+        hist = tr.run()
+    assert [m["step"] for m in hist] == [2]
+    rows = [json.loads(x)["step"] for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert rows == [0, 1, 2]

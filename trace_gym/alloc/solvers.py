@@ -49,6 +49,7 @@ from __future__ import annotations
 import heapq
 import math
 import numbers
+import warnings
 from collections.abc import Sequence
 from typing import NamedTuple
 
@@ -58,6 +59,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 from trace_gym.errors import AllocationError
 
 __all__ = [
+    "MAX_KNAPSACK_CELLS",
     "VALUE_EPS",
     "PrefixSolution",
     "RootSolution",
@@ -335,6 +337,31 @@ def _heap_split(q: np.ndarray, budget: int) -> np.ndarray:
     return np.asarray(counts, dtype=np.int64)
 
 
+#: largest knapsack table (prefixes x capacity cells, 8 bytes each: about 160 MB) the
+#: exact DP builds; a bigger problem falls back to `_greedy_cost_split` with a warning
+MAX_KNAPSACK_CELLS = 20_000_000
+
+
+def _greedy_cost_split(q: np.ndarray, c: np.ndarray, budget: float) -> np.ndarray:
+    """Replays by best gain per unit of cost while they fit (the knapsack DP's fallback)."""
+    counts = [0] * q.size
+    qs, cs = q.tolist(), c.tolist()
+    heap = [(-(1.0 - q_j) / cs[j], j) for j, q_j in enumerate(qs)]  # next replay's gain / cost
+    heapq.heapify(heap)
+    left = budget + 1e-9
+    while heap:
+        neg_ratio, j = heap[0]
+        if cs[j] > left:  # costs are fixed: this prefix never fits again
+            heapq.heappop(heap)
+            continue
+        if neg_ratio == 0.0:  # every remaining gain underflowed to 0
+            break
+        counts[j] += 1
+        left -= cs[j]
+        heapq.heapreplace(heap, (neg_ratio * qs[j], j))
+    return np.asarray(counts, dtype=np.int64)
+
+
 def _knapsack_split(q: np.ndarray, costs, budget: float, resolution: int) -> np.ndarray:
     try:
         c = np.asarray(costs, dtype=float)
@@ -346,6 +373,16 @@ def _knapsack_split(q: np.ndarray, costs, budget: float, resolution: int) -> np.
         raise AllocationError("prefix costs must be finite and > 0 (cost of one replay, e.g. turns left / turns)")
     if resolution < 1:
         raise AllocationError(f"resolution must be >= 1 integer unit per unit of cost; got {resolution}")
+    cells = q.size * (math.floor(budget * resolution + 1e-9) + 1)
+    if cells > MAX_KNAPSACK_CELLS:
+        warnings.warn(
+            f"prefix knapsack: budget {budget:g} x resolution {resolution} over {q.size} prefixes "
+            f"needs {cells:.3g} table cells (limit {MAX_KNAPSACK_CELLS:.3g}); using the cost-aware "
+            "greedy instead (not exact). Lower `resolution` or the budget to keep the exact DP.",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+        return _greedy_cost_split(q, c, budget)
     w = np.maximum(1, np.ceil(c * resolution - 1e-9)).astype(np.int64)  # rounded up: never overspend
     cap = int(math.floor(budget * resolution + 1e-9))
     dp = np.zeros(cap + 1)  # dp[c] = best objective within capacity c (sum <= c)
@@ -382,7 +419,9 @@ def solve_prefixes(
     (max-heap greedy). With `costs` (cost of one replay from each prefix, any unit),
     `budget` is in the same unit and the counts maximise the objective subject to
     sum counts_j * cost_j <= budget, solved by a knapsack DP with costs rounded up to
-    multiples of 1 / `resolution`.
+    multiples of 1 / `resolution`. A table over `MAX_KNAPSACK_CELLS` cells (prefixes x
+    budget x resolution) is not built: the split falls back to the cost-aware greedy
+    with a `RuntimeWarning`.
     """
     q = _repeat_probability(values, rewards)
     if costs is None:

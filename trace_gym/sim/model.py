@@ -230,15 +230,16 @@ def parse_action(text: str, num_actions: int) -> int:
     """Action code of an assistant message: a move 0..K-1, `ANSWER`, or `WASTE` (malformed).
 
     The action is the last non-empty line: ``action N`` or ``answer`` (case and a
-    trailing period ignored); anything else is malformed.
+    trailing period ignored; N in ASCII digits); anything else is malformed, a line
+    longer than any valid action included.
     """
     lines = [ln.strip() for ln in str(text).splitlines() if ln.strip()]
-    if not lines:
+    if not lines or len(lines[-1]) > 64:  # "action" + spaces + a move number fit easily
         return WASTE
     last = lines[-1].lower().rstrip(".").strip()
     if last == "answer":
         return ANSWER
-    m = _ACTION.match(last)
+    m = re.fullmatch(r"action[ \t]*([0-9]{1,9})", last, re.ASCII)
     if m and int(m.group(1)) < num_actions:
         return int(m.group(1))
     return WASTE
