@@ -20,9 +20,11 @@ __all__ = [
     "parse_action",
 ]
 
-_FENCED = re.compile(r"```(?:python|py|python3)[ \t]*\n(.*?)```", re.S | re.I)
-_TAGGED = re.compile(r"<python>(.*?)</python>", re.S | re.I)
-_ANSWER_TAG = re.compile(r"<answer>(.*?)</answer>", re.S | re.I)
+# Every block is found in linear time (an action may be a flood of unclosed openers): an
+# opener's block ends at the first closer after it, as a non-greedy regex would match.
+_FENCED = (re.compile(r"```(?:python|py|python3)[ \t]*\n", re.I), re.compile(r"```"))
+_TAGGED = (re.compile(r"<python>", re.I), re.compile(r"</python>", re.I))
+_ANSWER_TAG = (re.compile(r"<answer>", re.I), re.compile(r"</answer>", re.I))
 _BOXED = re.compile(r"\\(?:boxed|fbox)\s*\{")
 
 FORMAT_HINT = (
@@ -43,29 +45,46 @@ class ParsedAction(NamedTuple):
     """how many code blocks the turn contained (only the first is run)"""
 
 
+def _blocks(text: str, pair: tuple[re.Pattern[str], re.Pattern[str]]) -> list[tuple[int, int, str]]:
+    """(start, end, body) of each non-overlapping ``opener body closer`` block, in order."""
+    opener, closer = pair
+    out, pos = [], 0
+    while (o := opener.search(text, pos)) is not None:
+        c = closer.search(text, o.end())
+        if c is None:  # no closer after this opener, so none after any later one
+            break
+        out.append((o.start(), c.end(), text[o.end() : c.start()]))
+        pos = c.end()
+    return out
+
+
 def extract_boxed(text: str) -> tuple[str, int] | None:
-    """The content of the last ``\\boxed{...}`` (balanced braces) and where it starts."""
-    found = None
-    for m in _BOXED.finditer(text):
-        depth, i = 1, m.end()
-        while i < len(text) and depth:
-            depth += {"{": 1, "}": -1}.get(text[i], 0)
-            i += 1
-        if depth == 0:
-            found = (text[m.end() : i - 1].strip(), m.start())
+    """The content of the last ``\\boxed{...}`` (balanced braces) and where it starts.
+
+    One pass with a stack of open braces: a boxed group ends where its own brace is
+    matched, exactly as counting depth from each opener would find, in linear time.
+    """
+    starts = {m.end() - 1: m.start() for m in _BOXED.finditer(text)}
+    if not starts:
+        return None
+    found, stack = None, []
+    for i, ch in enumerate(text):
+        if ch == "{":
+            stack.append(i)
+        elif ch == "}" and stack:
+            j = stack.pop()
+            if j in starts and (found is None or starts[j] > found[1]):
+                found = (text[j + 1 : i].strip(), starts[j])
     return found
 
 
 def parse_action(text: str) -> ParsedAction:
     """Split an assistant turn into a code cell, a final answer, or neither."""
-    blocks = sorted(
-        [(m.start(), m.end(), m.group(1)) for m in _FENCED.finditer(text)]
-        + [(m.start(), m.end(), m.group(1)) for m in _TAGGED.finditer(text)]
-    )
+    blocks = sorted(_blocks(text, _FENCED) + _blocks(text, _TAGGED))
     answer_at, answer = -1, None
-    tags = list(_ANSWER_TAG.finditer(text))
+    tags = _blocks(text, _ANSWER_TAG)
     if tags:
-        answer_at, answer = tags[-1].start(), tags[-1].group(1).strip()
+        answer_at, answer = tags[-1][0], tags[-1][2].strip()
     boxed = extract_boxed(text)
     if boxed is not None and boxed[1] > answer_at:
         answer, answer_at = boxed

@@ -37,3 +37,60 @@ def test_output_truncation_marker_and_limits():
     assert "(no output)" in format_cell("ok", "", 0, None, timeout_s=5, cpu_s=5)
     assert "longer than 5 s" in format_cell("timeout", "", 0, None, timeout_s=5, cpu_s=5)
     assert "died" in format_cell("crashed", "", 0, None, timeout_s=5, cpu_s=5)
+
+
+def _reference_parse(text):
+    """The regex parser this module used before it was made linear (for equivalence)."""
+    import re
+
+    fenced = re.compile(r"```(?:python|py|python3)[ \t]*\n(.*?)```", re.S | re.I)
+    tagged = re.compile(r"<python>(.*?)</python>", re.S | re.I)
+    answer_tag = re.compile(r"<answer>(.*?)</answer>", re.S | re.I)
+    boxed_re = re.compile(r"\\(?:boxed|fbox)\s*\{")
+    blocks = sorted(
+        [(m.start(), m.end(), m.group(1)) for m in fenced.finditer(text)]
+        + [(m.start(), m.end(), m.group(1)) for m in tagged.finditer(text)]
+    )
+    answer_at, answer = -1, None
+    tags = list(answer_tag.finditer(text))
+    if tags:
+        answer_at, answer = tags[-1].start(), tags[-1].group(1).strip()
+    found = None
+    for m in boxed_re.finditer(text):
+        depth, i = 1, m.end()
+        while i < len(text) and depth:
+            depth += {"{": 1, "}": -1}.get(text[i], 0)
+            i += 1
+        if depth == 0:
+            found = (text[m.end() : i - 1].strip(), m.start())
+    if found is not None and found[1] > answer_at:
+        answer, answer_at = found
+    if blocks and (answer is None or answer_at < blocks[-1][1]):
+        return ("code", blocks[0][2].strip("\n"), None, len(blocks))
+    if answer is not None:
+        return ("answer", None, answer, len(blocks))
+    return ("invalid", None, None, 0)
+
+
+def test_linear_parser_matches_the_regex_parser_on_random_text():
+    import random
+
+    from trace_gym.envs.math.protocol import parse_action
+
+    pieces = ["\\boxed{", "\\fbox {", "{", "}", "```python\n", "```py \n", "```", "<python>",
+              "</python>", "<PYTHON>", "<answer>", "</answer>", "x = 1\n", "42", " ", "\n"]  # fmt: skip
+    rng = random.Random(0)
+    for _ in range(3000):
+        text = "".join(rng.choice(pieces) for _ in range(rng.randint(0, 14)))
+        got = parse_action(text)
+        assert (got.kind, got.code, got.answer, got.code_blocks) == _reference_parse(text), text
+
+
+def test_a_flood_of_unclosed_openers_is_parsed_in_linear_time():
+    from trace_gym.envs.math.protocol import parse_action
+
+    # 200k characters of openers: the old parser took minutes here; this must finish at once
+    # (no timing assertion: a quadratic parser would simply not finish within the test timeout)
+    for opener, kind in (("\\boxed{", "invalid"), ("<python>", "invalid"), ("<answer>", "invalid"),
+                         ("```python\n", "code")):  # fmt: skip  (each fence closes the one before)
+        assert parse_action(opener * (200_000 // len(opener))).kind == kind
