@@ -216,10 +216,21 @@ def add_common_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-progress", action="store_true")
 
 
+def parse_env_kwargs(text: str) -> dict[str, Any]:
+    """``--env-kwargs`` as a dict, or a one-line `ConfigError` saying what a valid one is."""
+    try:
+        kwargs = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ConfigError(f"--env-kwargs must be a JSON object, e.g. '{{\"seed\": 1}}' ({e.msg})") from e
+    if not isinstance(kwargs, dict):
+        raise ConfigError(f"--env-kwargs must be a JSON object, got {text!r}")
+    return kwargs
+
+
 def env_factory_from(args: argparse.Namespace) -> Callable[[], Any]:
     from trace_gym.agents.scripted import make_env
 
-    kwargs = json.loads(args.env_kwargs)
+    kwargs = parse_env_kwargs(args.env_kwargs)
     if args.dataset:
         kwargs["dataset"] = args.dataset
     if args.split:

@@ -62,12 +62,9 @@ def _check_args(args: argparse.Namespace) -> None:
 
         predictor_entry_point(args.predictor)
     check_env_id(args.env)
-    try:
-        kwargs = json.loads(args.env_kwargs)
-    except json.JSONDecodeError as e:
-        raise ConfigError(f"--env-kwargs must be a JSON object, e.g. '{{\"seed\": 1}}' ({e.msg})") from e
-    if not isinstance(kwargs, dict):
-        raise ConfigError(f"--env-kwargs must be a JSON object, got {args.env_kwargs!r}")
+    from trace_gym.agents.evaluate import parse_env_kwargs
+
+    parse_env_kwargs(args.env_kwargs)  # validated here; the env factory parses it again
     out = Path(args.out)
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
