@@ -156,3 +156,27 @@ def test_scripted_answer_of_a_multipart_task_scores(tmp_path, pool):
     for records in (MINERVA, OLYMPIAD):
         for t in load_dataset(_write(tmp_path, "s.json", records)).tasks:
             assert verify_answer(parse_action(f"\\boxed{{{t.answer}}}").answer, t.answer, pool).correct, t
+
+
+def test_multipart_judging_never_evaluates_text(monkeypatch, tmp_path):
+    """Our side of `judge_parts` (split, then each part parsed) hands no text to an evaluator."""
+    import builtins
+
+    import sympy
+    from sympy.parsing import sympy_parser
+    from trace_gym.envs.math import _judge
+
+    def refuse(*_a, **_k):
+        raise AssertionError("text reached an evaluator")
+
+    real = sympy.sympify
+    monkeypatch.setattr(builtins, "eval", refuse)
+    monkeypatch.setattr(sympy, "sympify", lambda a, *r, **k: refuse() if isinstance(a, str) else real(a, *r, **k))
+    monkeypatch.setattr(sympy_parser, "parse_expr", refuse)
+    monkeypatch.setattr(_judge, "_math_verify", lambda *_a: None)  # math-verify runs only in the sandboxed worker
+    marker = tmp_path / "ran"
+    attack = f"__import__('os').system('touch {marker}'), eval('1')"
+    assert _judge.judge_parts(attack, ["3", "5"], True)["canonical"] is False
+    assert _judge.judge_parts("5, 3", ["3", "5"], False)["canonical"] is True
+    assert _judge.judge_parts("5, 3", ["3", "5"], True)["canonical"] is False
+    assert not marker.exists()
