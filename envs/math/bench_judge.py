@@ -4,8 +4,8 @@ Each reference answer of the DeepScaleR-format files is paired with (1) itself, 
 equivalent rewrite made by text rules below (integer -> ``n.0`` / ``\\frac{2n}{2}`` /
 thousands separators, fraction -> ``a/b`` / exact decimal / scaled fraction, decimal ->
 fraction, ``\\dfrac``/``\\frac``, ``k\\sqrt{n}`` -> ``\\sqrt{k^2 n}``, ...) and (3) a wrong answer
-(a perturbed number: ``n+1``, ``(a+1)/b``, the last decimal digit changed; else another
-problem's answer). The rewrites are made from the text, never by our parser, so they test
+(a perturbed number where the reference is one: ``n+1``, ``(a+1)/b``, the last decimal digit
+changed) and (4) the next problem's answer. The rewrites are made from the text, never by our parser, so they test
 it. Every pair runs through the sandboxed verifier worker (``VerifierPool.check`` with the
 string shortcut off, so our reader must read both sides); a judge is *confident* on a pair
 when it gave a verdict (math-verify: not ``None``; ours: both sides parsed). The report
@@ -107,7 +107,7 @@ def perturb(ref: str) -> str | None:
 
 
 def build_pairs(data_dir: Path = DATA_DIR, per_file: int | None = None, seed: int = 0) -> list[Pair]:
-    """Three or so pairs per reference answer of each file (the first `per_file` answers of each)."""
+    """Three or four pairs per reference answer of each file (the first `per_file` answers of each)."""
     rng = random.Random(seed)
     pairs: list[Pair] = []
     for name in FILES:
@@ -122,9 +122,8 @@ def build_pairs(data_dir: Path = DATA_DIR, per_file: int | None = None, seed: in
             wrong = perturb(ref)
             if wrong is not None:
                 pairs.append(Pair(wrong, ref, "perturbed", False, t.id))
-            else:
-                other = next(a for a in answers[k + 1 :] + answers[:k] if a.replace(" ", "") != ref.replace(" ", ""))
-                pairs.append(Pair(other, ref, "other", False, t.id))
+            other = next(a for a in answers[k + 1 :] + answers[:k] if a.replace(" ", "") != ref.replace(" ", ""))
+            pairs.append(Pair(other, ref, "other", False, t.id))
     return pairs
 
 
@@ -139,20 +138,25 @@ def _judge_all(pairs: list[Pair], timeout_s: float) -> list[dict[str, Any]]:
 
 
 def _summary(pairs: list[Pair], verdicts: list[dict[str, Any]], examples: int) -> dict[str, Any]:
-    both, split, by_kind = 0, [], Counter()
+    both, split, by_kind, unsure, off_label, ours_off = 0, [], Counter(), [], [], Counter()
     wrong = {"math_verify": 0, "ours": 0}
     for p, v in zip(pairs, verdicts, strict=True):
         mv, ours, sure = v.get("math_verify"), v.get("canonical"), v.get("canonical_confident", False)
+        row = {"pred": p.pred, "ref": p.ref, "kind": p.kind, "label_equal": p.equal, "math_verify": mv,
+               "ours": ours, "source": p.source}
         if v.get("timed_out") or mv is None or not sure:
             by_kind[f"{p.kind}_unconfident"] += 1
+            unsure.append(row)
             continue
         both += 1
         by_kind[p.kind] += 1
         wrong["math_verify"] += bool(mv) != p.equal
         wrong["ours"] += bool(ours) != p.equal
+        if bool(mv) != p.equal or bool(ours) != p.equal:
+            off_label.append(row)
+            ours_off[p.kind] += bool(ours) != p.equal
         if bool(mv) != bool(ours):
-            split.append({"pred": p.pred, "ref": p.ref, "kind": p.kind, "label_equal": p.equal,
-                          "math_verify": bool(mv), "ours": bool(ours), "source": p.source})
+            split.append(row)
     return {
         "pairs": len(pairs), "both_confident": both, "agree": both - len(split), "disagree": len(split),
         "agreement": round((both - len(split)) / both, 5) if both else None,
@@ -161,7 +165,10 @@ def _summary(pairs: list[Pair], verdicts: list[dict[str, Any]], examples: int) -
         "ours_unconfident": sum(1 for v in verdicts if not v.get("canonical_confident")),
         "timed_out": sum(1 for v in verdicts if v.get("timed_out")),
         "label_errors_when_both_confident": wrong,
+        "our_label_errors_by_kind": dict(ours_off),
         "disagreements": split[:examples],
+        "label_error_examples": off_label[:examples],
+        "unconfident_examples": unsure[:examples],
     }
 
 

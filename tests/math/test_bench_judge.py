@@ -36,7 +36,8 @@ def test_pairs_cover_every_file(math_data_dir):
 def _assert_agrees(report):
     assert report["both_confident"] > 0
     assert report["disagree"] == 0, report["disagreements"]
-    assert report["label_errors_when_both_confident"]["ours"] == 0
+    # self, rewrite and perturbed pairs have certain labels ("other" may really be equal: x=5 vs 5)
+    assert not {k: n for k, n in report["our_label_errors_by_kind"].items() if k != "other" and n}
 
 
 def test_agreement_on_a_sample(math_data_dir):
