@@ -36,7 +36,7 @@ _UNIT_WORDS = (
     r"seconds?|secs?|minutes?|mins?|hours?|hrs?|days?|weeks?|years?|dollars?|cents?|square|sq|cubic|mph|pounds?|"
     r"ounces?|kg|g|grams?|people|students?|ways|dots|points?|cookies|marbles|coins|times"
 )
-_TEXT = re.compile(r"\\(?:text|textbf|mathrm|mbox|textrm)\s*\{([^{}]*)\}")
+_TEXT = re.compile(r"\\(?:text|textbf|mathrm|mathbf|boldsymbol|mbox|textrm)\s*\{([^{}]*)\}")
 _TRAILING_UNITS = re.compile(
     rf"(?:\s|\\[ ,;!])*(?:\\(?:text|mbox)\{{\s*(?:{_UNIT_WORDS})\b[^{{}}]*\}}(?:\^\{{?[23]\}}?)?|\s(?:{_UNIT_WORDS})\b.*)$", re.I
 )
@@ -57,6 +57,7 @@ def normalize(ans: str) -> str:
                  ("\\%", ""), ("%", ""), ("\\$", ""), ("\\displaystyle", "")):
         s = s.replace(a, b)
     s = _TEXT.sub(r"\1", s)
+    s = re.sub(r"\\phantom\s*(?:\{[^{}]*\}|.)", "", s)  # an invisible placeholder: \phantom -1 is 1
     s = re.sub(r"^[a-zA-Z]\s*=\s*", "", s)  # "x = 5" -> "5"
     s = re.sub(r"^(\d+)\s*:\s*(\d+)$", r"\\frac{\1}{\2}", s)  # a ratio 3:5
     s = re.sub(r"\s+", "", s).rstrip(".")
@@ -70,7 +71,9 @@ _FUNCS = ("arcsin", "arccos", "arctan", "sinh", "cosh", "tanh", "sin", "cos", "t
           "ln", "log", "exp")
 _CONSTS = ("pi", "infty", "e")
 _OPS = {"cdot": "*", "times": "*", "div": "/"}
-_COMMANDS = sorted((*_FUNCS, *_CONSTS, *_OPS, "frac", "binom", "sqrt"), key=len, reverse=True)
+_GREEK = ("alpha", "beta", "gamma", "delta", "epsilon", "varepsilon", "zeta", "eta", "theta", "vartheta", "iota",
+          "kappa", "lambda", "mu", "nu", "xi", "rho", "sigma", "tau", "upsilon", "phi", "varphi", "chi", "psi", "omega")
+_COMMANDS = sorted((*_FUNCS, *_CONSTS, *_GREEK, *_OPS, "frac", "binom", "sqrt"), key=len, reverse=True)
 
 
 class ParseError(ValueError):
@@ -260,6 +263,8 @@ class Parser:
             return sp.oo
         if cmd == "e":
             return sp.E
+        if cmd in _GREEK:  # a variable named by a Greek letter (\\pi is the constant above)
+            return sp.Symbol(cmd)
         return self.function(cmd)
 
     def function(self, name: str) -> Any:
@@ -267,9 +272,15 @@ class Parser:
         base = None
         if name == "log" and self.eat("_"):
             base = self.arg()
+        power = None
+        if base is None and self.eat("^"):  # \\sin^2 x is (\\sin x)^2; \\sin^{-1} is ambiguous, refused
+            power = self.exponent()
+            if not (power.is_Integer and 1 <= int(power) <= 10):
+                raise ParseError("a function power other than 1..10 (\\sin^{-1} is ambiguous)")
         arg = self.group("(", ")") if self.peek() == "(" else self.power()
         fn = {"arcsin": sp.asin, "arccos": sp.acos, "arctan": sp.atan, "ln": sp.log}.get(name) or getattr(sp, name)
-        return sp.log(arg, base) if base is not None else fn(arg)
+        value = sp.log(arg, base) if base is not None else fn(arg)
+        return value if power is None else value**power
 
 
 def _checked_pow(sp: Any, base: Any, exp: Any) -> Any:

@@ -16,8 +16,8 @@ Reference answers are normalised once, at load time, by one rule (`normalize_ans
   another float its shortest repr; a string that is an integral decimal (``"142.0"``) is the
   integer; other strings keep their digits (``"033"`` stays, the judge reads it as 33);
 - text: surrounding whitespace, newlines, ``$...$`` delimiters, LaTeX spacing commands
-  (``\\,``, ``\\ ``, ``~``, ``\\quad``) at either end and a ``\\boxed{...}`` wrapper are
-  removed; internal runs of whitespace become one space.
+  (``\\,``, ``\\ ``, ``~``, ``\\quad``) at either end, ``\\phantom`` placeholders and a
+  ``\\boxed{...}`` wrapper are removed; internal runs of whitespace become one space.
 
 The loader warns once per file with the number of records whose answer it changed. A
 multi-part answer is a `Reference`: a ``str`` (its parts joined by ``", "``, what a model
@@ -125,7 +125,9 @@ def asks_for_set(problem: str) -> bool:
 
 
 def _clean_text(answer: str) -> str:
-    s = re.sub(r"\s+", " ", answer).strip()
+    # \phantom is invisible: "\phantom -1" is the entry 1 (math-verify reads -1 and then rejects both)
+    s = re.sub(r"\\phantom\s*(?:\{[^{}]*\}|\S)", "", answer)
+    s = re.sub(r"\s+", " ", s).strip()
     while True:
         prev = s
         s = _EDGE_SPACE.sub("", s)

@@ -84,6 +84,7 @@ def test_normalize_answer_rule():
     assert normalize_answer("033") == "033"  # leading zeros are kept: the judge reads 033 as 33
     assert normalize_answer("$\\frac{1}{2}$ \n") == "\\frac{1}{2}" and normalize_answer("\\boxed{7}\n") == "7"
     assert normalize_answer("\\, 5 \\quad") == "5" and normalize_answer("$5$ and $6$") == "$5$ and $6$"
+    assert normalize_answer("\\begin{pmatrix} 1 & \\phantom -1 \\end{pmatrix}") == "\\begin{pmatrix} 1 & 1 \\end{pmatrix}"
     assert normalize_answer(None) == "" and normalize_answer([]) == "" and normalize_answer(["", None]) == ""
     multi = normalize_answer(["$3$", " 5\n"], "Compute $a$ and $b$.")
     assert isinstance(multi, Reference) and multi == "3, 5" and multi.parts == ("3", "5") and multi.ordered

@@ -112,3 +112,22 @@ def test_verifier_unavailable_is_reward_zero_not_an_exception(monkeypatch, tmp_p
     finally:
         env._pool.close()  # noqa: SLF001
         env.close()
+
+
+# the reader, with the string shortcut off: tuples in order, bare lists in any order, and the
+# answers the agreement bench (`trace-gym bench judge`) found it could not read
+PM = "\\begin{pmatrix} 1 & -1 \\\\ 1 & \\phantom -1 \\end{pmatrix}"
+READER_RULES = [
+    ("(1,2,3)", "(3,2,1)", False), ("(1,2,3)", "(1,2,3)", True), ("3, 1, 2", "1, 2, 3", True),
+    ("\\sin^2 t", "1-\\cos^2 t", True), ("\\sin^2 t", "\\sin t^2", False), ("\\cos^2\\alpha", "\\cos^2\\alpha", True),
+    ("\\mathbf{2340}", "2340", True), ("\\mathbf{2340}", "2341", False),
+    (PM, "\\begin{pmatrix} 1 & -1 \\\\ 1 & 1 \\end{pmatrix}", True),
+    (PM, "\\begin{pmatrix} 1 & -1 \\\\ 1 & -1 \\end{pmatrix}", False),
+    ("2\\theta", "\\theta+\\theta", True), ("\\alpha", "\\beta", False), ("\\epsilon", "e", False),
+    ("\\eta", "\\eta", True), ("\\sin^{-1} x", "\\arcsin x", False),  # refused as ambiguous, never guessed
+]
+
+
+@pytest.mark.parametrize("pred,ref,want", READER_RULES)
+def test_reader_rules(pred, ref, want):
+    assert canonical_equal(pred, ref, string_match=False) is want
