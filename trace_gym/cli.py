@@ -42,6 +42,7 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "alloc": ("trace_gym.bench.alloc:main", "every allocation policy on the simulator or a real env"),
     "view": ("trace_gym.bench.view_bench:main", "tree viewer at 1,000 trees x 50 nodes: page write and render time"),
     "math-env": ("trace_gym.envs.math.bench:main", "sandboxed interpreter: cells/s, fork vs replay restore"),
+    "judge": ("trace_gym.envs.math.bench_judge:main", "math answer judge vs math-verify on pairs from real data"),
     "retrieval": ("trace_gym.envs.hotpotqa.bench:main", "BM25 and dense retrieval speed and recall"),
     "retriever-server": ("trace_gym.envs.hotpotqa.bench_server:main", "serve-retriever under 64 clients vs the old server"),
     "bfcl": ("trace_gym.envs.bfcl.bench:main", "BFCL env checkpoint/restore latency and steps/s"),

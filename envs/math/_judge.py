@@ -36,7 +36,7 @@ _UNIT_WORDS = (
     r"seconds?|secs?|minutes?|mins?|hours?|hrs?|days?|weeks?|years?|dollars?|cents?|square|sq|cubic|mph|pounds?|"
     r"ounces?|kg|g|grams?|people|students?|ways|dots|points?|cookies|marbles|coins|times"
 )
-_TEXT = re.compile(r"\\(?:text|textbf|mathrm|mbox|textrm)\s*\{([^{}]*)\}")
+_TEXT = re.compile(r"\\(?:text|textbf|mathrm|mathbf|boldsymbol|mbox|textrm)\s*\{([^{}]*)\}")
 _TRAILING_UNITS = re.compile(
     rf"(?:\s|\\[ ,;!])*(?:\\(?:text|mbox)\{{\s*(?:{_UNIT_WORDS})\b[^{{}}]*\}}(?:\^\{{?[23]\}}?)?|\s(?:{_UNIT_WORDS})\b.*)$", re.I
 )
@@ -57,6 +57,7 @@ def normalize(ans: str) -> str:
                  ("\\%", ""), ("%", ""), ("\\$", ""), ("\\displaystyle", "")):
         s = s.replace(a, b)
     s = _TEXT.sub(r"\1", s)
+    s = re.sub(r"\\phantom\s*(?:\{[^{}]*\}|.)", "", s)  # an invisible placeholder: \phantom -1 is 1
     s = re.sub(r"^[a-zA-Z]\s*=\s*", "", s)  # "x = 5" -> "5"
     s = re.sub(r"^(\d+)\s*:\s*(\d+)$", r"\\frac{\1}{\2}", s)  # a ratio 3:5
     s = re.sub(r"\s+", "", s).rstrip(".")
@@ -70,7 +71,9 @@ _FUNCS = ("arcsin", "arccos", "arctan", "sinh", "cosh", "tanh", "sin", "cos", "t
           "ln", "log", "exp")
 _CONSTS = ("pi", "infty", "e")
 _OPS = {"cdot": "*", "times": "*", "div": "/"}
-_COMMANDS = sorted((*_FUNCS, *_CONSTS, *_OPS, "frac", "binom", "sqrt"), key=len, reverse=True)
+_GREEK = ("alpha", "beta", "gamma", "delta", "epsilon", "varepsilon", "zeta", "eta", "theta", "vartheta", "iota",
+          "kappa", "lambda", "mu", "nu", "xi", "rho", "sigma", "tau", "upsilon", "phi", "varphi", "chi", "psi", "omega")
+_COMMANDS = sorted((*_FUNCS, *_CONSTS, *_GREEK, *_OPS, "frac", "binom", "sqrt"), key=len, reverse=True)
 
 
 class ParseError(ValueError):
@@ -260,6 +263,8 @@ class Parser:
             return sp.oo
         if cmd == "e":
             return sp.E
+        if cmd in _GREEK:  # a variable named by a Greek letter (\\pi is the constant above)
+            return sp.Symbol(cmd)
         return self.function(cmd)
 
     def function(self, name: str) -> Any:
@@ -267,9 +272,15 @@ class Parser:
         base = None
         if name == "log" and self.eat("_"):
             base = self.arg()
+        power = None
+        if base is None and self.eat("^"):  # \\sin^2 x is (\\sin x)^2; \\sin^{-1} is ambiguous, refused
+            power = self.exponent()
+            if not (power.is_Integer and 1 <= int(power) <= 10):
+                raise ParseError("a function power other than 1..10 (\\sin^{-1} is ambiguous)")
         arg = self.group("(", ")") if self.peek() == "(" else self.power()
         fn = {"arcsin": sp.asin, "arccos": sp.acos, "arctan": sp.atan, "ln": sp.log}.get(name) or getattr(sp, name)
-        return sp.log(arg, base) if base is not None else fn(arg)
+        value = sp.log(arg, base) if base is not None else fn(arg)
+        return value if power is None else value**power
 
 
 def _checked_pow(sp: Any, base: Any, exp: Any) -> Any:
@@ -319,6 +330,12 @@ def _expand_pm(parts: list[str]) -> list[str]:
     return out
 
 
+class Solutions(tuple):
+    """A bare comma list (``1, 2, 3``, ``a \\pm b``): solutions, compared in any order; ``(1, 2, 3)`` is an ordered tuple."""
+
+    __slots__ = ()
+
+
 def to_sympy(ans: str) -> Any:
     """A sympy object for an answer: a number/expression, a tuple, set, interval or matrix."""
     sp = _sympy()
@@ -348,8 +365,9 @@ def to_sympy(ans: str) -> Any:
             return sp.Interval(lo, hi, interval.group(1) == "(", interval.group(4) == ")")
         return (lo, hi)
     if "," in s or "\\pm" in s:
-        inner = s[1:-1] if s[0] in "([" and s[-1] in ")]" and "," in s else s
-        return tuple(parse_math(p) for p in _expand_pm(_split_top(inner)))
+        bracketed = s[0] in "([" and s[-1] in ")]" and "," in s
+        values = (parse_math(p) for p in _expand_pm(_split_top(s[1:-1] if bracketed else s)))
+        return tuple(values) if bracketed else Solutions(values)
     return parse_math(s)
 
 
@@ -391,6 +409,8 @@ def same(a: Any, b: Any) -> bool:
             return False
         if all(same(x, y) for x, y in zip(a, b, strict=True)):
             return True
+        if not (isinstance(a, Solutions) or isinstance(b, Solutions)):
+            return False  # a tuple (point, ordered pair) matches in order only
         rest = list(b)  # unordered match (a list of solutions)
         for x in a:
             hit = next((k for k, y in enumerate(rest) if same(x, y)), None)
@@ -414,18 +434,104 @@ def same(a: Any, b: Any) -> bool:
         return False
 
 
+def canonical_verdict(pred: str, ref: str, string_match: bool = True) -> tuple[bool, bool]:
+    """Our judge's verdict and whether it is confident (string-equal, or both sides read as math)."""
+    if string_match and normalize(pred) == normalize(ref):
+        return True, True
+    try:
+        a, b = to_sympy(pred), to_sympy(ref)
+    except Exception:  # noqa: BLE001 - unparsable means "not shown equal", and not confident
+        return False, False
+    try:
+        return bool(same(a, b)), True
+    except Exception:  # noqa: BLE001
+        return False, False
+
+
 def canonical_equal(pred: str, ref: str, string_match: bool = True) -> bool:
     """Our own judge's verdict: normalised strings, then the parsed answers compared.
 
     ``string_match=False`` skips the string shortcut, so both sides must be read as
     mathematics (used to measure how much of a data set the reader understands).
     """
-    if string_match and normalize(pred) == normalize(ref):
-        return True
-    try:
-        return bool(same(to_sympy(pred), to_sympy(ref)))
-    except Exception:  # noqa: BLE001 - unparsable means "not shown equal"
+    return canonical_verdict(pred, ref, string_match)[0]
+
+
+# --------------------------------------------------------------------------- multi-part
+_AND = re.compile(r"\\text\{\s*(?:and|or)\s*\}|\s+(?:and|or)\s+|;")
+_WRAPPERS = (("\\{", "\\}"), ("(", ")"), ("[", "]"))
+
+
+def _unwrap(s: str) -> str | None:
+    """The inside of one bracket pair that encloses all of `s`, else None."""
+    for open_, close in _WRAPPERS:
+        if s.startswith(open_) and s.endswith(close) and len(s) > len(open_) + len(close):
+            inner = s[len(open_) : -len(close)]
+            depth = 0
+            for ch in inner:
+                depth += 1 if ch in "([{" else -1 if ch in ")]}" else 0
+                if depth < 0:
+                    return None
+            return inner if depth == 0 else None
+    return None
+
+
+def split_parts(pred: str, n: int) -> list[str] | None:
+    """A predicted multi-part answer as `n` parts ("3, 5", "(3, 5)", "\\{3, 5\\}", "3 and 5"), else None."""
+    s = pred.strip().strip("$").strip().replace("\\left", "").replace("\\right", "")
+    s = re.sub(r"^\\boxed\s*\{(.*)\}$", r"\1", s, flags=re.S)
+    s = _AND.sub(",", s)
+    for candidate in (s, _unwrap(s.strip())):
+        if candidate is not None:
+            parts = [p.strip() for p in _split_top(candidate)]
+            if len(parts) == n and all(parts):
+                return parts
+    return None
+
+
+def _match(cells: list[list[bool | None]], ordered: bool) -> bool | None:
+    """All parts matched (in order, or one-to-one in any order); None if a needed verdict is missing."""
+    n = len(cells)
+    if ordered:
+        diag = [cells[i][i] for i in range(n)]
+        return None if None in diag else all(diag)
+    if any(None in row for row in cells):
+        return None
+    free = list(range(n))
+
+    def assign(i: int) -> bool:  # backtracking: n is small (the parts of one answer)
+        if i == n:
+            return True
+        for j in list(free):
+            if cells[i][j]:
+                free.remove(j)
+                if assign(i + 1):
+                    return True
+                free.append(j)
         return False
+
+    return assign(0)
+
+
+def judge_parts(pred: str, parts: list[str], ordered: bool, inner_timeout_s: int = 3,
+                string_match: bool = True) -> dict[str, Any]:
+    """Both verdicts for a multi-part reference: every part must match (in order unless unordered)."""
+    got = split_parts(pred, len(parts))
+    if got is None:
+        return {"math_verify": False, "canonical": False, "canonical_confident": True,
+                "error": f"expected {len(parts)} comma-separated parts"}
+    n = len(parts)
+    pairs = [(i, i) for i in range(n)] if ordered else [(i, j) for i in range(n) for j in range(n)]
+    mv: list[list[bool | None]] = [[None] * n for _ in range(n)]
+    ours: list[list[bool | None]] = [[False] * n for _ in range(n)]
+    confident, errors = True, []
+    for i, j in pairs:
+        res = judge(got[i], parts[j], inner_timeout_s, string_match)
+        mv[i][j], ours[i][j] = res["math_verify"], res["canonical"]
+        confident = confident and res["canonical_confident"]
+        errors += [res["error"]] if res["error"] else []
+    return {"math_verify": _match(mv, ordered), "canonical": bool(_match(ours, ordered)),
+            "canonical_confident": confident, "error": "; ".join(errors)[:300] or None}
 
 
 # --------------------------------------------------------------------------- worker
@@ -443,13 +549,13 @@ def _math_verify(pred: str, ref: str, timeout_s: int) -> bool | None:
 
 def judge(pred: str, ref: str, inner_timeout_s: int = 3, string_match: bool = True) -> dict[str, Any]:
     """Both verdicts for one answer (math-verify and ours); runs inside the verifier sandbox."""
-    out: dict[str, Any] = {"math_verify": None, "canonical": None, "error": None}
+    out: dict[str, Any] = {"math_verify": None, "canonical": None, "canonical_confident": False, "error": None}
     try:
         out["math_verify"] = _math_verify(pred, ref, inner_timeout_s)
     except Exception as e:  # noqa: BLE001
         out["error"] = f"math_verify: {type(e).__name__}: {e}"[:300]
     try:
-        out["canonical"] = canonical_equal(pred, ref, string_match)
+        out["canonical"], out["canonical_confident"] = canonical_verdict(pred, ref, string_match)
     except Exception as e:  # noqa: BLE001
         out["error"] = f"canonical: {type(e).__name__}: {e}"[:300]
     return out
@@ -471,8 +577,11 @@ def worker_main() -> None:
     out.flush()
     for line in sys.stdin:
         try:
-            pred, ref, inner, string_match = json.loads(line)
-            reply = judge(str(pred), str(ref), int(inner), bool(string_match))
+            pred, ref, inner, string_match, *multi = json.loads(line)
+            if multi and multi[0]:  # [..., parts, ordered]: a multi-part reference
+                reply = judge_parts(str(pred), [str(p) for p in multi[0]], bool(multi[1]), int(inner), bool(string_match))
+            else:
+                reply = judge(str(pred), str(ref), int(inner), bool(string_match))
         except (ValueError, TypeError) as e:
             reply = {"math_verify": None, "canonical": False, "error": f"bad request: {e}"[:300]}
         out.write(json.dumps(reply) + "\n")

@@ -140,12 +140,20 @@ class VerifierPool:
         return worker
 
     def check(self, pred: str, ref: str, string_match: bool = True) -> dict[str, Any]:
-        """Both verdicts, or ``{"timed_out": True}`` if the worker had to be killed."""
+        """Both verdicts, or ``{"timed_out": True}`` if the worker had to be killed.
+
+        A multi-part `ref` (``data.Reference``: a str with ``parts`` and ``ordered``) is judged
+        part by part (``_judge.judge_parts``).
+        """
+        request = [pred, str(ref), self.inner_timeout_s, string_match]
+        parts = getattr(ref, "parts", None)
+        if parts:
+            request += [list(parts), bool(getattr(ref, "ordered", True))]
         with self._slots:
             worker = self._take()
             result = None
             try:
-                worker.proc.stdin.write(json.dumps([pred, ref, self.inner_timeout_s, string_match]) + "\n")  # type: ignore[union-attr]
+                worker.proc.stdin.write(json.dumps(request) + "\n")  # type: ignore[union-attr]
                 worker.proc.stdin.flush()  # type: ignore[union-attr]
                 result = worker.readline(self.timeout_s)
             except (OSError, ValueError):
@@ -182,7 +190,11 @@ def default_pool(timeout_s: float = 10.0) -> VerifierPool:
 
 
 def verify_answer(pred: str, ref: str, pool: VerifierPool | None = None) -> Verdict:
-    """Is `pred` mathematically equivalent to the reference `ref`?"""
+    """Is `pred` mathematically equivalent to the reference `ref`?
+
+    `ref` is a string, or a multi-part ``data.Reference`` (a str carrying ``parts`` and
+    ``ordered``), whose parts must each match, in order unless ``ordered`` is false.
+    """
     if normalize(pred) == normalize(ref) and normalize(ref):
         return Verdict(True, "exact", None, None, False, None)
     t0 = time.monotonic()

@@ -92,3 +92,42 @@ JUDGE_RULES = [
 @pytest.mark.parametrize("pred,ref,want", JUDGE_RULES)
 def test_our_judge_rules(pred, ref, want):
     assert canonical_equal(pred, ref) is want
+
+
+def test_verifier_unavailable_is_reward_zero_not_an_exception(monkeypatch, tmp_path, fast_sandbox):
+    """Issue 17: a verifier worker that dies at start-up ends the episode with reward 0 from `step`."""
+    from trace_gym.envs.math import verify
+    from trace_gym.envs.math.env import MathEnv
+
+    env = MathEnv(sandbox=fast_sandbox)
+    try:
+        env.reset(seed=0, options={"task": 0})
+        monkeypatch.setattr(verify, "_JUDGE", tmp_path / "missing_judge.py")  # the worker exits at once
+        env._pool = VerifierPool(timeout_s=5.0, start_timeout_s=10.0)  # noqa: SLF001 - a fresh pool, no warm worker
+        _, reward, term, _, info = env.step("The answer is \\boxed{-12345.5}.")
+        assert term and reward == 0.0
+        assert info["verifier"]["method"] == "unavailable" and "verifier worker" in info["verifier"]["error"]
+        obs, _ = env.reset(seed=0, options={"task": 1})  # the env stays usable
+        assert obs
+    finally:
+        env._pool.close()  # noqa: SLF001
+        env.close()
+
+
+# the reader, with the string shortcut off: tuples in order, bare lists in any order, and the
+# answers the agreement bench (`trace-gym bench judge`) found it could not read
+PM = "\\begin{pmatrix} 1 & -1 \\\\ 1 & \\phantom -1 \\end{pmatrix}"
+READER_RULES = [
+    ("(1,2,3)", "(3,2,1)", False), ("(1,2,3)", "(1,2,3)", True), ("3, 1, 2", "1, 2, 3", True),
+    ("\\sin^2 t", "1-\\cos^2 t", True), ("\\sin^2 t", "\\sin t^2", False), ("\\cos^2\\alpha", "\\cos^2\\alpha", True),
+    ("\\mathbf{2340}", "2340", True), ("\\mathbf{2340}", "2341", False),
+    (PM, "\\begin{pmatrix} 1 & -1 \\\\ 1 & 1 \\end{pmatrix}", True),
+    (PM, "\\begin{pmatrix} 1 & -1 \\\\ 1 & -1 \\end{pmatrix}", False),
+    ("2\\theta", "\\theta+\\theta", True), ("\\alpha", "\\beta", False), ("\\epsilon", "e", False),
+    ("\\eta", "\\eta", True), ("\\sin^{-1} x", "\\arcsin x", False),  # refused as ambiguous, never guessed
+]
+
+
+@pytest.mark.parametrize("pred,ref,want", READER_RULES)
+def test_reader_rules(pred, ref, want):
+    assert canonical_equal(pred, ref, string_match=False) is want
