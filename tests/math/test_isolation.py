@@ -23,7 +23,7 @@ from trace_gym.envs.math.sandbox import Sandbox, SandboxConfig
 ROOT = os.geteuid() == 0
 CHECKOUT = Path(__file__).resolve().parents[2]
 FAST = {"cell_timeout_s": 3.0, "cell_cpu_s": 2.0, "memory_mb": 768, "max_snapshots": 8}
-LIMITED = {**FAST, "cell_timeout_s": 8.0, "cell_cpu_s": 1.0}  # CPU limit well below the wall limit, even under load
+LIMITED = {**FAST, "cell_timeout_s": 20.0, "cell_cpu_s": 1.0}  # CPU limit well below the wall limit, even under load
 MODES = ["bwrap", *(["namespaces"] if ROOT else []), "none"]
 
 
