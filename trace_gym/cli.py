@@ -31,6 +31,8 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "math-env": ("trace_gym.envs.math.bench:main", "sandboxed interpreter: cells/s, fork vs replay restore"),
     "retrieval": ("trace_gym.envs.hotpotqa.bench:main", "BM25 and dense retrieval speed and recall"),
     "bfcl": ("trace_gym.envs.bfcl.bench:main", "BFCL env checkpoint/restore latency and steps/s"),
+    "replay-cost": ("trace_gym.bench.replay_cost:main", "measured replay cost by depth (vLLM prefix cache, HF)"),
+    "generate": ("trace_gym.bench.generate:main", "tokens/s: raw generate vs HFPolicy / VLLMPolicy"),
 }
 
 
