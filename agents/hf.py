@@ -7,7 +7,8 @@ vectorised inverse-CDF draw over the batch, where row b's uniform comes from its
 CPU ``torch.Generator`` seeded by ``Conversation.seed`` (one draw per step). A row's
 samples therefore do not depend on which other rows share its batch (up to
 floating-point differences of padded attention, which change a sample only when a draw
-falls within ~1e-6 of a token boundary).
+falls within ~1e-6 of a token boundary). A row that finishes leaves the batch and its
+KV cache at once, so a batch's cost follows its live rows, not its longest row.
 
 Sampling: temperature, then top-p (nucleus) over the temperature-scaled distribution;
 ``temperature == 0`` is greedy.
@@ -100,6 +101,23 @@ def _cache_of(out: Any) -> Any:
     return cache if cache is not None else out.past_key_values
 
 
+def _select_rows(cache: Any, sel: Any) -> Any:
+    """The KV cache restricted to batch rows `sel` (a LongTensor of positions)."""
+    if callable(getattr(cache, "batch_select_indices", None)):
+        cache.batch_select_indices(sel)
+        return cache
+    layers = getattr(cache, "layers", None)
+    if layers is not None:
+        for layer in layers:
+            if getattr(layer, "keys", None) is not None and layer.keys.numel():
+                layer.keys = layer.keys.index_select(0, sel)
+                layer.values = layer.values.index_select(0, sel)
+        return cache
+    if isinstance(cache, tuple):  # legacy tuple of (key, value) per layer
+        return tuple((k.index_select(0, sel), v.index_select(0, sel)) for k, v in cache)
+    raise ConfigError(f"cannot drop finished rows from a {type(cache).__name__} KV cache")
+
+
 class HFPolicy:
     """A `Policy` over a transformers causal LM and its tokenizer (chat template required)."""
 
@@ -122,6 +140,9 @@ class HFPolicy:
         # transformers >= 5.2x renamed past_key_values to cache
         params = inspect.signature(model.forward).parameters
         self._cache_kw = "cache" if "cache" in params else "past_key_values"
+        #: weight syncs received (bumped by trace_gym.trainers.sync.sync_weights); the
+        #: runner records it on each node it generates
+        self.version = 0
 
     @classmethod
     def from_pretrained(
@@ -200,18 +221,11 @@ class HFPolicy:
 
     # ------------------------------------------------------------------ sampling
     def _sample(self, rows: list[_Row]) -> list[tuple[list[int], list[float], str]]:
+        """Sample every row to its end; a row that finishes leaves the batch at once."""
         torch = require("torch", "train")
         device = self.device
         cfg = self.sampling
-        width = max(len(r.context.ids) for r in rows)
-        # input_ids / mask: [B, width], left-padded
-        input_ids = torch.full((len(rows), width), self.pad_id, dtype=torch.long)
-        mask = torch.zeros((len(rows), width), dtype=torch.long)
-        for b, r in enumerate(rows):
-            n = len(r.context.ids)
-            input_ids[b, width - n :] = torch.tensor(r.context.ids, dtype=torch.long)
-            mask[b, width - n :] = 1
-        input_ids, mask = input_ids.to(device), mask.to(device)
+        input_ids, mask = self._left_pad(rows, device)  # [B, width]
         positions = (mask.cumsum(-1) - 1).clamp(min=0)  # [B, width]
         # one CPU generator per row: row b's draws depend only on its own seed
         gens = [torch.Generator().manual_seed(r.seed % (2**63)) for r in rows]
@@ -219,38 +233,55 @@ class HFPolicy:
         out_lps: list[list[float]] = [[] for _ in rows]
         reasons: list[str | None] = [None] * len(rows)
         tail = max((len(s) for r in rows for s in r.stop), default=0) + 4
+        live = list(range(len(rows)))  # batch position -> row index
 
         with torch.no_grad():
             out = self.model(
                 input_ids=input_ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1
             )
             cache = _cache_of(out)
-            logits = out.logits[:, -1, :].float()  # [B, V]
+            logits = out.logits[:, -1, :].float()  # [L, V], L = live rows
             for _ in range(max(r.budget for r in rows)):
                 logp = torch.log_softmax(logits / cfg.temperature if cfg.temperature > 0 else logits, dim=-1)
-                # one uniform per row from its own generator, drawn every step (live or not)
-                u = torch.tensor([float(torch.rand(1, generator=g)) for g in gens], device=device)
-                picked = self._pick(logp, u)  # [B]
-                picked_lp = logp.gather(1, picked[:, None])[:, 0]  # [B]
-                tok_list, lp_list = picked.tolist(), picked_lp.tolist()
-                for b, r in enumerate(rows):
-                    if reasons[b] is not None:
-                        continue
-                    out_ids[b].append(tok_list[b])
-                    out_lps[b].append(lp_list[b])
-                    reasons[b] = self._finished(r, out_ids[b], tail)
-                tokens = picked[:, None]  # [B, 1]; finished rows' tokens are ignored
-                if all(x is not None for x in reasons):
+                # one uniform per live row from its own generator (one draw per sampled token)
+                u = torch.tensor([float(torch.rand(1, generator=gens[b])) for b in live], device=device)
+                picked = self._pick(logp, u)  # [L]
+                picked_lp = logp.gather(1, picked[:, None])[:, 0]  # [L]
+                keep = []
+                for j, (b, tok, lp) in enumerate(zip(live, picked.tolist(), picked_lp.tolist(), strict=True)):
+                    out_ids[b].append(tok)
+                    out_lps[b].append(lp)
+                    reasons[b] = self._finished(rows[b], out_ids[b], tail)
+                    if reasons[b] is None:
+                        keep.append(j)
+                if not keep:
                     break
-                mask = torch.cat([mask, torch.ones((len(rows), 1), dtype=torch.long, device=device)], dim=1)
+                if len(keep) < len(live):  # finished rows leave the batch (and the KV cache)
+                    sel = torch.tensor(keep, device=device)
+                    picked, mask, positions = picked[sel], mask[sel], positions[sel]
+                    cache = _select_rows(cache, sel)
+                    live = [live[j] for j in keep]
+                mask = torch.cat([mask, torch.ones((len(live), 1), dtype=torch.long, device=device)], dim=1)
                 positions = positions[:, -1:] + 1
                 out = self.model(
-                    input_ids=tokens, attention_mask=mask, position_ids=positions,
+                    input_ids=picked[:, None], attention_mask=mask, position_ids=positions,
                     use_cache=True, **{self._cache_kw: cache},
                 )
                 cache = _cache_of(out)
                 logits = out.logits[:, -1, :].float()
         return [(ids, lps, reason or "length") for ids, lps, reason in zip(out_ids, out_lps, reasons, strict=True)]
+
+    def _left_pad(self, rows: list[_Row], device: Any) -> tuple[Any, Any]:
+        """input_ids and attention mask [B, width] of the rows' contexts, left-padded."""
+        torch = require("torch", "train")
+        width = max(len(r.context.ids) for r in rows)
+        input_ids = torch.full((len(rows), width), self.pad_id, dtype=torch.long)
+        mask = torch.zeros((len(rows), width), dtype=torch.long)
+        for b, r in enumerate(rows):
+            n = len(r.context.ids)
+            input_ids[b, width - n :] = torch.tensor(r.context.ids, dtype=torch.long)
+            mask[b, width - n :] = 1
+        return input_ids.to(device), mask.to(device)
 
     def _pick(self, logp, u):
         """Token ids [B] from temperature-scaled log-probs [B, V] and uniforms u [B].

@@ -7,17 +7,28 @@ the KV cache of the prefix's tokens, and the roots of one prompt share the promp
 
 Per conversation: ``SamplingParams(n=1, seed=conversation.seed, temperature, top_p,
 max_tokens, stop=<format's stop strings>, include_stop_str_in_output=True,
-logprobs=0)``. The text returned is re-derived as ``tokenizer.decode(token_ids,
-skip_special_tokens=True)`` so text and ids always agree. Logprobs are the ones vLLM
-reports for the sampled tokens: with vLLM's default ``logprobs_mode="raw_logprobs"``
-they are the model's log-softmax *before* temperature and top-p; pass
-``logprobs_mode="processed_logprobs"`` in ``engine_kwargs`` (vLLM >= 0.10) to get them
-after temperature and top-p. Say which one you train with.
+logprobs=0)`` (``detokenize=False`` when the format has no stop strings). The text returned is re-derived as ``tokenizer.decode(token_ids,
+skip_special_tokens=True)`` so text and ids always agree.
+
+Logprobs are the ones vLLM reports for the sampled tokens. A `VLLMPolicy` that builds its
+engine asks for ``logprobs_mode="processed_logprobs"``: the log-probabilities of the
+distribution vLLM sampled from, after temperature *and* top-p (the nucleus
+renormalised). At ``top_p = 1`` that is ``log_softmax(logits / T)``, the same quantity
+`HFPolicy` reports; at ``top_p < 1`` vLLM (0.32) has no mode that gives
+``log_softmax(logits / T)`` before top-p (``raw_logprobs`` is before temperature), so the
+two backends differ by ``log(nucleus mass)`` there. ``info["logprob_kind"]`` says which:
+"temperature" (log_softmax(logits / T)), "sampling" (after top-p) or "raw" (an engine
+built elsewhere with vLLM's default ``raw_logprobs``: before temperature).
 
 n-sampling: `sample_n(conversation, n)` draws n continuations of one context in one
 request (vLLM's ``n``; their seeds are no longer independent of each other). LoRA:
-``lora_path`` attaches an adapter to every request (the engine is built with
-``enable_lora=True``).
+``lora_path`` (or ``lora=True`` with no adapter yet) builds the engine with
+``enable_lora=True`` and attaches the current adapter to every request;
+`load_adapter(path)` switches to a new adapter under a fresh ``LoRARequest`` id (what
+`trace_gym.trainers.sync.sync_weights` calls after each optimiser step).
+
+Versions: ``version`` counts the weight syncs this policy has received (0 at start);
+the runner records it on every node, so a tree says which weights produced each turn.
 
 vLLM is imported lazily; without it, constructing a `VLLMPolicy` from a model path
 raises `DependencyNotInstalled`. Tests drive it with a fake engine that honours
@@ -62,6 +73,8 @@ class VLLMPolicy:
         sampling: SamplingConfig | None = None,
         formats: dict[str, ReActFormat] | None = None,
         lora_path: str | None = None,
+        lora: bool = False,
+        max_lora_rank: int = 16,
         sampling_params_cls: Any = None,
         **engine_kwargs: Any,
     ):
@@ -70,8 +83,10 @@ class VLLMPolicy:
                 raise ConfigError("pass a model path/hub id or a ready engine (llm=...)")
             vllm = _vllm()
             engine_kwargs.setdefault("enable_prefix_caching", True)
-            if lora_path:
+            engine_kwargs.setdefault("logprobs_mode", "processed_logprobs")
+            if lora_path or lora:
                 engine_kwargs.setdefault("enable_lora", True)
+                engine_kwargs.setdefault("max_lora_rank", max_lora_rank)
             llm = vllm.LLM(model=model, **engine_kwargs)
         if sampling_params_cls is None:
             sampling_params_cls = _vllm().SamplingParams
@@ -81,11 +96,25 @@ class VLLMPolicy:
         self.chat = ChatTokens(self.tokenizer, formats)
         self.params_cls = sampling_params_cls
         self.max_context = self.sampling.max_context or _max_model_len(llm)
+        self.logprobs_mode = _logprobs_mode(llm)
+        #: weight syncs received (bumped by trace_gym.trainers.sync.sync_weights)
+        self.version = 0
+        #: seconds the last weight push took (set by sync_weights)
+        self.last_push_s: float | None = None
+        self.lora_enabled = bool(lora_path or lora)
         self.lora = None
+        self._lora_ids = 0
         if lora_path:
-            from vllm.lora.request import LoRARequest
+            self.load_adapter(lora_path)
 
-            self.lora = LoRARequest("trace-gym-adapter", 1, lora_path)
+    def load_adapter(self, path: str) -> None:
+        """Serve the LoRA adapter saved in `path` from now on (a fresh adapter id)."""
+        if not self.lora_enabled:
+            raise ConfigError("this VLLMPolicy was built without LoRA: pass lora=True or lora_path=...")
+        from vllm.lora.request import LoRARequest
+
+        self._lora_ids += 1
+        self.lora = LoRARequest(f"trace-gym-adapter-{self._lora_ids}", self._lora_ids, path)
 
     # ------------------------------------------------------------------ policy
     def generate(self, conversations: Sequence[Conversation]) -> list[PolicyOutput]:
@@ -108,7 +137,7 @@ class VLLMPolicy:
         if prompts:
             results = self._engine(prompts, params)
             for i, ctx, res in zip(index, ctxs, results, strict=True):
-                outputs[i] = self._output(res.outputs[0], ctx)
+                outputs[i] = self._output(res.outputs[0], ctx, res)
         return outputs  # type: ignore[return-value]
 
     def sample_n(self, conv: Conversation, n: int) -> list[PolicyOutput]:
@@ -117,7 +146,7 @@ class VLLMPolicy:
         if p is None:
             return [_overflow(ctx) for _ in range(n)]
         res = self._engine([{"prompt_token_ids": ctx.ids}], [p])[0]
-        return [self._output(o, ctx) for o in res.outputs]
+        return [self._output(o, ctx, res) for o in res.outputs]
 
     # ------------------------------------------------------------------ pieces
     def _request(self, conv: Conversation, n: int) -> tuple[Context, Any]:
@@ -136,8 +165,12 @@ class VLLMPolicy:
             logprobs=0,
             skip_special_tokens=True,
         )
-        if fmt.stop:
+        if fmt.stop:  # vLLM matches stop strings on its detokenized text
             kw.update(stop=list(fmt.stop), include_stop_str_in_output=True)
+        else:
+            # the text is re-derived from the ids, so vLLM's detokenizer is not needed; with
+            # logprobs on it decodes every sampled token again, which halved tokens/s on CPU
+            kw["detokenize"] = False
         return ctx, self.params_cls(**kw)
 
     def _engine(self, prompts: list[dict], params: list[Any]) -> list[Any]:
@@ -146,7 +179,14 @@ class VLLMPolicy:
             kw["lora_request"] = self.lora
         return self.llm.generate(prompts, params, **kw)
 
-    def _output(self, out: Any, ctx: Context) -> PolicyOutput:
+    def _logprob_kind(self) -> str:
+        """Which log-probabilities the engine reports at this policy's sampling settings."""
+        t = self.sampling.temperature
+        if "processed" not in self.logprobs_mode:  # before temperature and top-p
+            return "temperature" if t in (0, 1) else "raw"
+        return "sampling" if self.sampling.top_p < 1 and t > 0 else "temperature"
+
+    def _output(self, out: Any, ctx: Context, request: Any = None) -> PolicyOutput:
         ids = list(out.token_ids)
         lps = None
         if getattr(out, "logprobs", None):
@@ -160,8 +200,18 @@ class VLLMPolicy:
             logprobs=lps,
             context_token_ids=ctx.appended,
             finish_reason=reason,
-            info={"context_tokens": len(ctx.ids), "stop_reason": getattr(out, "stop_reason", None)},
+            info={"context_tokens": len(ctx.ids), "stop_reason": getattr(out, "stop_reason", None),
+                  # prompt tokens served by the prefix cache (vLLM V1; None when not reported)
+                  "cached_tokens": getattr(request, "num_cached_tokens", None),
+                  "logprob_kind": self._logprob_kind()},
         )
+
+
+def _logprobs_mode(llm: Any) -> str:
+    try:
+        return str(llm.llm_engine.model_config.logprobs_mode)
+    except AttributeError:
+        return "raw_logprobs"
 
 
 def _overflow(ctx: Context) -> PolicyOutput:

@@ -48,6 +48,8 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "bfcl": ("trace_gym.envs.bfcl.bench:main", "BFCL env checkpoint/restore latency and steps/s"),
     "wrap-restore": ("trace_gym.bench.wrap_restore:main", "trace_gym.wrap restore (replay, deepcopy) vs a native checkpoint"),
     "fuzz": ("trace_gym.bench.fuzz:main", "hostile actions into every env: exceptions and step times"),
+    "replay-cost": ("trace_gym.bench.replay_cost:main", "measured replay cost by depth (vLLM prefix cache, HF)"),
+    "generate": ("trace_gym.bench.generate:main", "tokens/s: raw generate vs HFPolicy / VLLMPolicy"),
 }
 
 

@@ -1,32 +1,42 @@
-"""Weight sync from the trained model to the generator, once per step.
+"""Weight sync from the trained model to the generator, once per step, with a version.
 
 Three cases, tried in order by `sync_weights`:
 
 1. **shared** - the generator samples with the very module the trainer updates
    (`trace_gym.agents.hf.HFPolicy` in process, LoRA adapters included): nothing to copy;
 2. **pushed** - the generator exposes ``sync_weights(model)``: it is called;
-3. **vllm** - the generator holds a vLLM engine in ``.llm`` (`VLLMPolicy`): the trainer's
-   weights (LoRA merged in, peft names mapped back to the base model's) are streamed
-   into the engine's model with its ``load_weights``. The engine's model is reached
-   through the in-process executor (``llm.llm_engine.model_executor.driver_worker``,
-   V0, or ``...driver_worker.worker``, V1 with ``VLLM_ENABLE_V1_MULTIPROCESSING=0``);
-   these are vLLM internals that move between releases, so this path is a best-effort
-   hook: it is tested here against a fake engine with the same attribute path, not
-   against a real vLLM, and a mismatch raises an error that says what was looked for.
-   After loading, vLLM's prefix cache is reset when the engine offers
-   ``reset_prefix_cache`` (cached KV of old weights must not be reused).
+3. **vllm** / **vllm-lora** - the generator holds a vLLM engine in ``.llm`` (`VLLMPolicy`):
+   - a peft model on a policy whose engine serves LoRA (``policy.lora_enabled``): the
+     adapter alone is saved to a fresh directory and the policy switches to it
+     (`VLLMPolicy.load_adapter`, a new ``LoRARequest`` id, so vLLM cannot serve the old
+     adapter from its cache);
+   - otherwise the full weights (LoRA merged in, peft names mapped back to the base
+     model's) go in with ``llm.collective_rpc("reload_weights", kwargs={"weights_iterator":
+     ...})``, vLLM's in-place reload (it keeps the engine's own parameter objects; the
+     CPU backend replaces parameters after the first load, so the model's
+     ``load_weights`` fails there with ``'Parameter' object has no attribute
+     'weight_loader'``). Engines without ``reload_weights`` (older vLLM) fall back to
+     the in-process model's ``load_weights``.
+   After every push the prefix cache is reset (``llm.reset_prefix_cache()``): cached KV
+   of the old weights must not be reused.
+
+Every sync bumps the policy's ``version`` (when it has one; `HFPolicy` and `VLLMPolicy`
+do), and the runner records ``policy.version`` on each node it generates, so a tree says
+which weights produced each turn.
 """
 
 from __future__ import annotations
 
+import tempfile
+import time
 from collections.abc import Iterator
 from typing import Any
 
 from trace_gym.errors import ConfigError
 
-__all__ = ["export_weights", "sync_weights"]
+__all__ = ["export_weights", "push_full_weights", "sync_weights"]
 
-#: attribute paths from a vLLM ``LLM`` to its in-process model, newest first
+#: attribute paths from a vLLM ``LLM`` to its in-process model, newest first (fallback only)
 _VLLM_MODEL_PATHS = (
     "llm_engine.model_executor.driver_worker.worker.model_runner.model",
     "llm_engine.model_executor.driver_worker.model_runner.model",
@@ -59,27 +69,67 @@ def _vllm_model(llm: Any) -> Any:
         if obj is not None and callable(getattr(obj, "load_weights", None)):
             return obj
     raise ConfigError(
-        "cannot reach the vLLM engine's model to load new weights (looked for "
-        f"{' or '.join('llm.' + p + '.load_weights' for p in _VLLM_MODEL_PATHS)}); run vLLM in process "
-        "(VLLM_ENABLE_V1_MULTIPROCESSING=0) or give the policy a sync_weights(model) method"
+        "cannot push weights into the vLLM engine: it has no collective_rpc('reload_weights') and "
+        f"its model is not reachable (looked for {' or '.join('llm.' + p for p in _VLLM_MODEL_PATHS)}); "
+        "run vLLM in process (VLLM_ENABLE_V1_MULTIPROCESSING=0), use vLLM >= 0.11, or give the "
+        "policy a sync_weights(model) method"
     )
+
+
+def push_full_weights(llm: Any, model: Any) -> str:
+    """Load `model`'s full weights into the engine in place; returns the method used."""
+    # materialised once: the merge/unmerge of a LoRA model must not span the rpc
+    weights = [(n, t.contiguous()) for n, t in export_weights(model)]
+    method = "reload_weights"
+    if callable(getattr(llm, "collective_rpc", None)):
+        try:
+            llm.collective_rpc("reload_weights", kwargs={"weights_iterator": iter(weights)})
+        except (AttributeError, NotImplementedError, TypeError) as e:
+            if "reload_weights" not in str(e):
+                raise
+            method = "load_weights"
+    else:
+        method = "load_weights"
+    if method == "load_weights":
+        _vllm_model(llm).load_weights(iter(weights))
+    return method
+
+
+def _push_adapter(policy: Any, model: Any) -> None:
+    path = tempfile.mkdtemp(prefix="trace-gym-lora-")
+    model.save_pretrained(path)
+    policy.load_adapter(path)
 
 
 def sync_weights(policy: Any, model: Any) -> str:
-    """Make the generator sample from `model`'s current weights; returns "shared", "pushed" or "vllm"."""
+    """Make the generator sample from `model`'s current weights and bump its version.
+
+    Returns "shared", "pushed", "vllm" (full weights) or "vllm-lora" (adapter).
+    """
     if getattr(policy, "model", None) is model:
-        return "shared"
-    if callable(getattr(policy, "sync_weights", None)):
+        mode = "shared"
+    elif callable(getattr(policy, "sync_weights", None)):
         policy.sync_weights(model)
-        return "pushed"
-    llm = getattr(policy, "llm", None)
-    if llm is not None:
-        target = _vllm_model(llm)
-        target.load_weights(export_weights(model))
+        mode = "pushed"
+    elif getattr(policy, "llm", None) is not None:
+        llm = policy.llm
+        t0 = time.perf_counter()
+        if getattr(policy, "lora_enabled", False) and hasattr(model, "peft_config"):
+            _push_adapter(policy, model)
+            mode = "vllm-lora"
+        else:
+            push_full_weights(llm, model)
+            mode = "vllm"
         if callable(getattr(llm, "reset_prefix_cache", None)):
             llm.reset_prefix_cache()
-        return "vllm"
-    raise ConfigError(
-        f"policy {type(policy).__name__} neither shares the trained model (policy.model), nor has "
-        "sync_weights(model), nor a vLLM engine (policy.llm); the generator would never see the updates"
-    )
+        if hasattr(policy, "last_push_s"):
+            policy.last_push_s = time.perf_counter() - t0
+    else:
+        raise ConfigError(
+            f"policy {type(policy).__name__} neither shares the trained model (policy.model), nor has "
+            "sync_weights(model), nor a vLLM engine (policy.llm); the generator would never see the updates"
+        )
+    version = getattr(policy, "version", None)
+    if isinstance(version, int) and not isinstance(version, bool):
+        policy.version = version + 1
+    return mode

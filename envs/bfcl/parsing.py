@@ -7,10 +7,13 @@ Three syntaxes are recognised, tried in this order:
 2. OpenAI-style tool-call JSON, the whole message (optionally in a code fence):
    ``{"name": ..., "arguments": ...}``, ``{"type": "function", "function": {...}}``,
    ``{"tool_calls": [...]}``, BFCL's ``{"function": name, "parameters": {...}}``, or a
-   list of these; ``arguments`` may be a JSON string as OpenAI sends it;
+   list of these (or Llama 3's llama3_json: such objects separated by "; ");
+   ``arguments`` may be a JSON string as OpenAI sends it;
 3. BFCL's python-call syntax ``[f(a=1), g(b="x")]`` (brackets optional, as BFCL's
    decoder adds them), parsed with `ast`; argument values must be literals.
 
+Llama 3.x's optional ``<|python_tag|>`` before a call (and ``<|eom_id|>`` after it) is
+dropped first, so its llama3_json and pythonic calls parse as 2 and 3.
 A message with none of these is a plain reply (it ends the user turn). A message that
 tries one of them and fails is *malformed*: each failure becomes an error string in the
 style the BFCL executor would print (``Error during execution: ...``).
@@ -148,9 +151,24 @@ def _unfence(text: str) -> str:
     return m.group(1).strip() if m else text
 
 
+def _json_sequence(body: str) -> Any:
+    """One JSON value, or Llama's "; "-separated objects (llama3_json) as a list; None if neither."""
+    decoder, out, pos = json.JSONDecoder(), [], 0
+    try:
+        while pos < len(body):
+            obj, pos = decoder.raw_decode(body, pos)
+            out.append(obj)
+            while pos < len(body) and body[pos] in "; \n":
+                pos += 1
+    except (json.JSONDecodeError, RecursionError):
+        return None
+    return out[0] if len(out) == 1 else out
+
+
 def parse_action(text: str) -> ParsedAction:
     """Parse an assistant message into calls (see the module docstring for the syntaxes)."""
-    text = _THINK.sub("", text).strip()
+    # Llama 3.x: an optional <|python_tag|> before the call, <|eom_id|> after it
+    text = _THINK.sub("", text).strip().removeprefix("<|python_tag|>").removesuffix("<|eom_id|>").strip()
     if "<tool_call>" in text:
         calls, errors = [], []
         for block in _TOOL_CALL.findall(text):
@@ -161,10 +179,7 @@ def parse_action(text: str) -> ParsedAction:
         return ParsedAction(tuple(calls), tuple(errors), "hermes")
     body = _unfence(text)
     if body[:1] in "{[" and body:
-        try:
-            obj = json.loads(body)
-        except (json.JSONDecodeError, RecursionError):
-            obj = None
+        obj = _json_sequence(body)
         if isinstance(obj, dict) or (isinstance(obj, list) and obj and all(isinstance(o, dict) for o in obj)):
             try:
                 return ParsedAction(tuple(_calls_from_json(obj)), (), "json")

@@ -34,6 +34,7 @@ class FakeParams:
     skip_special_tokens: bool = True
     stop: list = field(default_factory=list)
     include_stop_str_in_output: bool = False
+    detokenize: bool = True
 
 
 @dataclass
@@ -111,6 +112,7 @@ def test_requests_carry_context_ids_and_per_conversation_seeds(policies):
     prompts, params, _ = llm.calls[-1]
     assert [p["prompt_token_ids"] for p in prompts] == [hf.context(c).ids for c in convs]
     assert [p.seed for p in params] == [7, 8, 9] and all(p.n == 1 and p.logprobs == 0 for p in params)
+    assert not any(p.detokenize for p in params)  # no stop strings: the text comes from the ids
     # same ids as the HF backend with the same seeds (the fake samples with it)
     assert [o.token_ids for o in outs] == [o.token_ids for o in hf.generate(convs)]
     for o in outs:
@@ -124,7 +126,7 @@ def test_stop_strings_are_sent_kept(policies):
     vp.chat.formats[ENV] = __import__("trace_gym.agents.formats", fromlist=["x"]).ReActFormat("c", "s", stop=("</x>",))
     vp.generate([_conv()])
     p = llm.calls[-1][1][0]
-    assert p.stop == ["</x>"] and p.include_stop_str_in_output is True
+    assert p.stop == ["</x>"] and p.include_stop_str_in_output is True and p.detokenize is True
 
 
 def test_n_sampling_and_overflow(policies):
