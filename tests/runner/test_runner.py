@@ -320,8 +320,8 @@ def sim_runner(allocator="trace", predictor="features", max_batch=None, seed=0, 
     from trace_gym.predict import make_predictor
 
     return BranchingRunner(
-        sim.SimPolicy("hotpotqa"),
-        lambda: gym.make("trace/Sim-v0", preset="hotpotqa", num_tasks=64),
+        sim.SimPolicy("hotpotqa-luck"),
+        lambda: gym.make("trace/Sim-v0", preset="hotpotqa-luck", num_tasks=64),
         make_allocator(allocator, m_max=8, group_size=4),
         make_predictor(predictor),
         RunnerConfig(root_budget=roots, replays_per_root=2, max_batch=max_batch, seed=seed),
@@ -362,7 +362,7 @@ def test_sim_expansion_is_local_and_failures_stay_local():
     ev = res.report
     assert min(ev.event_rounds("expand").values()) < max(ev.event_rounds("roots_done").values())
     r2 = sim_runner("trace", max_batch=6)
-    r2.policy = Failing("hotpotqa")
+    r2.policy = Failing("hotpotqa-luck")
     res2 = r2.run_step(0, SIM_TASKS)
     assert res2.report.policy_errors == 6
     intact = [
@@ -376,10 +376,10 @@ def test_sim_expansion_is_local_and_failures_stay_local():
 def test_step_is_told_to_drifting_policy_and_every_env():
     import gymnasium as gym
 
-    policy = sim.SimPolicy("math", drift=True)
+    policy = sim.SimPolicy("math-luck", drift=True)
     r = BranchingRunner(
         policy,
-        lambda: gym.make("trace/Sim-v0", preset="math", num_tasks=32, drift=True),
+        lambda: gym.make("trace/Sim-v0", preset="math-luck", num_tasks=32, drift=True),
         make_allocator("trace", m_max=8),
         None,
         RunnerConfig(root_budget=16, replays_per_root=1),
@@ -388,8 +388,8 @@ def test_step_is_told_to_drifting_policy_and_every_env():
     r.run_step(0, ids)
     z0 = {t.prompt_id: t.root.true_value for t in r.run_step(0, ids).trees}
     res = r.run_step(6, ids)
-    want = sim.skill_at(sim.get_preset("math"), 6, True)
-    assert policy.step == 6 and want > sim.get_preset("math").skill
+    want = sim.skill_at(sim.get_preset("math-luck"), 6, True)
+    assert policy.step == 6 and want > sim.get_preset("math-luck").skill
     assert r.pool.made > 1 and all(env.unwrapped.skill == want for env in r.pool.free)
     z6 = {t.prompt_id: t.root.true_value for t in res.trees}
     common = set(z0) & set(z6)
