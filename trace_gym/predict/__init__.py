@@ -38,6 +38,8 @@ __all__ = [
     "ConstantPredictor",
     "EmpiricalPredictor",
     "FeaturePredictor",
+    "NoisyOraclePredictor",
+    "OraclePredictor",
     "Predictor",
     "State",
     "TrainingBatch",
