@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -12,13 +14,15 @@ pytest.importorskip("torch")
 pytest.importorskip("peft")
 
 ROOT = Path(__file__).resolve().parents[2]
+#: the script picks .venv/bin/python by default; run it with the interpreter running the tests
+ENV = {**os.environ, "PYTHON": sys.executable}
 
 
 @pytest.mark.slow
 def test_gpu_check_tiny_cpu_runs_one_full_training_step():
     r = subprocess.run([str(ROOT / "scripts" / "gpu_check.sh"), "--tiny", "--device", "cpu", "--modes", "lora",
                         "--predictors", "empirical", "--roots", "4", "--new-tokens", "8"],
-                       capture_output=True, text=True, timeout=600)
+                       capture_output=True, text=True, timeout=600, env=ENV)
     assert r.returncode == 0, r.stderr[-2000:]
     rows = [json.loads(line) for line in r.stdout.splitlines() if line.startswith("{")]
     assert len(rows) == 1
@@ -35,5 +39,5 @@ def test_gpu_check_without_cuda_says_so():
 
     if torch.cuda.is_available():
         pytest.skip("a CUDA device is present")
-    r = subprocess.run([str(ROOT / "scripts" / "gpu_check.sh")], capture_output=True, text=True, timeout=120)
+    r = subprocess.run([str(ROOT / "scripts" / "gpu_check.sh")], capture_output=True, text=True, timeout=120, env=ENV)
     assert r.returncode == 3 and "no CUDA device" in r.stdout
