@@ -95,7 +95,7 @@ def _sim_trees(tasks, seed):
     from trace_gym.runner import BranchingRunner, RunnerConfig
     from trace_gym.sim import SimPolicy
 
-    r = BranchingRunner(SimPolicy("hotpotqa"), lambda: gym.make("trace/Sim-v0", preset="hotpotqa", num_tasks=600),
+    r = BranchingRunner(SimPolicy("hotpotqa-luck"), lambda: gym.make("trace/Sim-v0", preset="hotpotqa-luck", num_tasks=600),
                         make_allocator("treepo", m_max=8, group_size=4), None,
                         RunnerConfig(root_budget=4 * len(tasks), replays_per_root=1, seed=seed))
     return r.run_step(0, tasks).trees

@@ -74,7 +74,7 @@ def test_tiny_policy_through_the_runner_is_token_faithful(countdown_policy_facto
 
 
 ENVS = {
-    "trace/Sim-v0": {"preset": "hotpotqa", "num_tasks": 16},
+    "trace/Sim-v0": {"preset": "hotpotqa-luck", "num_tasks": 16},
     "trace/HotpotQA-v0": {},
     "trace/BFCL-v0": {"categories": ["base"]},
     "trace/Math-v0": {"limit": 8},
