@@ -36,6 +36,7 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "retrieval": ("trace_gym.envs.hotpotqa.bench:main", "BM25 and dense retrieval speed and recall"),
     "retriever-server": ("trace_gym.envs.hotpotqa.bench_server:main", "serve-retriever under 64 clients vs the old server"),
     "bfcl": ("trace_gym.envs.bfcl.bench:main", "BFCL env checkpoint/restore latency and steps/s"),
+    "learn": ("trace_gym.trainers.learn_cli:main", "RL on the simulator at equal cost: held-out success vs cost per arm (issue 15)"),
 }
 
 
