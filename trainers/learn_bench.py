@@ -167,7 +167,8 @@ def run_arm(cfg: LearnConfig, arm: str, seed: int, tick: Any = None) -> list[dic
             bm = batch_metrics(trees)
             last = step == cfg.steps - 1
             records.append({
-                "arm": arm, "seed": seed, "step": step, "accounted_cost": float(rep.accounted_cost),
+                "arm": arm, "seed": seed, "step": step, "tasks": hashlib.sha256(" ".join(cands).encode()).hexdigest()[:16],
+                "accounted_cost": float(rep.accounted_cost),
                 "measured_turns": int(rep.measured_turns), "generated_tokens": int(rep.generated_tokens),
                 "roots": int(rep.roots), "replays": int(rep.replays), "reward": float(bm["success_rate"]),
                 "effective_ratio": float(bm["effective_ratio"]), **upd,
