@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import hashlib
 import subprocess
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import tomllib
 
 from trace_gym.errors import ConfigError
 from trace_gym.seeding import stable_seed
@@ -127,11 +127,12 @@ def heldout_tasks(cfg: LearnConfig, seed: int) -> list[Any]:
 
 
 def _runner(cfg: LearnConfig, arm: str, seed: int, policy: Any) -> Any:
+    from trace_gym.trainers.sim_learner import LearnedValuePredictor, LearnerEnv
+
     from trace_gym.alloc import make_allocator
     from trace_gym.bench.alloc import parse_predictor
     from trace_gym.predict import make_predictor
     from trace_gym.runner import BranchingRunner, RunnerConfig
-    from trace_gym.trainers.sim_learner import LearnedValuePredictor, LearnerEnv
 
     alloc_name, _, branching = cfg.arms[arm]
     allocator = make_allocator(alloc_name, m_max=cfg.m_max, group_size=cfg.group_size)
@@ -151,6 +152,7 @@ def run_arm(cfg: LearnConfig, arm: str, seed: int, tick: Any = None) -> list[dic
     """Per-step records of one (arm, seed): cost, turns, tokens, train reward, exact held-out success."""
     from trace_gym.trainers.losses import torch
     from trace_gym.trainers.sim_learner import LearnedSimPolicy, exact_success, pg_update
+
     from trace_gym.tree import batch_metrics
 
     policy = LearnedSimPolicy(cfg.preset)

@@ -11,8 +11,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
-from trace_gym.errors import ConfigError
 from trace_gym.trainers.learn_bench import (
     DEFAULT_PROTOCOL,
     check_protocol,
@@ -20,7 +18,15 @@ from trace_gym.trainers.learn_bench import (
     load_protocol,
     run_arm,
 )
-from trace_gym.trainers.learn_stats import auc, cost_to_target, holm, mean_ci95, wilcoxon_signed_rank
+from trace_gym.trainers.learn_stats import (
+    auc,
+    cost_to_target,
+    holm,
+    mean_ci95,
+    wilcoxon_signed_rank,
+)
+
+from trace_gym.errors import ConfigError
 
 __all__ = ["compare", "main", "summarise"]
 
@@ -146,7 +152,6 @@ def _plot(rep: dict[str, Any], out: Path, key: str) -> Path:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-
     from trace_gym.trainers.learn_stats import t95
 
     cur = curves(rep["records"])

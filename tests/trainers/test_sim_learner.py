@@ -10,13 +10,20 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from trace_gym.trainers import learn_bench as lb  # noqa: E402
+from trace_gym.trainers.learn_stats import auc, cost_to_target, holm, wilcoxon_signed_rank  # noqa: E402
+from trace_gym.trainers.sim_learner import (  # noqa: E402
+    LearnedSimPolicy,
+    LearnerEnv,
+    MoveFeatures,
+    exact_success,
+    pg_update,
+)
+
 from trace_gym.errors import ConfigError  # noqa: E402
 from trace_gym.sim import get_preset  # noqa: E402
 from trace_gym.sim.model import make_task  # noqa: E402
 from trace_gym.tree import RolloutTree, Turn  # noqa: E402
-from trace_gym.trainers import learn_bench as lb  # noqa: E402
-from trace_gym.trainers.learn_stats import auc, cost_to_target, holm, wilcoxon_signed_rank  # noqa: E402
-from trace_gym.trainers.sim_learner import LearnedSimPolicy, LearnerEnv, MoveFeatures, exact_success, pg_update  # noqa: E402
 
 PROMPT = "Task x. Topic: algebra. Initial assessment: fair (level 3/5). You have 3 turns. Next: you notice a date."
 
