@@ -174,6 +174,39 @@ def _plot(rep: dict[str, Any], out: Path, key: str) -> Path:
     return path
 
 
+def _plot_paired(rep: dict[str, Any], out: Path) -> Path | None:
+    """Per comparison: the per-seed success difference (a - b) along cost, mean and 95% CI."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from trace_gym.trainers.learn_stats import t95
+
+    cur = curves(rep["records"])
+    pairs = [name.split("_vs_") for name in rep["comparisons"]]
+    pairs = [(a, b) for a, b in pairs if a in cur and b in cur]
+    if not pairs:
+        return None
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for a, b in pairs:
+        seeds = sorted(set(cur[a]) & set(cur[b]))
+        d = np.array([np.subtract(cur[a][s]["success"], cur[b][s]["success"]) for s in seeds])
+        x = np.mean([cur[a][s]["cost"] for s in seeds], axis=0)
+        h = t95(len(d) - 1) * d.std(axis=0, ddof=1) / np.sqrt(len(d)) if len(d) > 1 else np.zeros(d.shape[1])
+        ax.plot(x, d.mean(axis=0), label=f"{a} - {b}")
+        ax.fill_between(x, d.mean(axis=0) - h, d.mean(axis=0) + h, alpha=0.2)
+    ax.axhline(0.0, color="grey", lw=0.8)
+    ax.set_xlabel("cumulative accounted cost")
+    ax.set_ylabel("paired held-out success difference")
+    ax.set_title(f"{rep['preset']}: paired differences, 95% CI over seeds")
+    ax.legend(fontsize=8)
+    path = out / "paired_differences.png"
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 def write_outputs(rep: dict[str, Any], out: Path, command: list[str]) -> None:
     out.mkdir(parents=True, exist_ok=True)
     cols = ["arm", "auc", "auc_ci95", "auc_turns", "auc_turns_ci95", "initial_success", "final_success",
@@ -192,6 +225,7 @@ def write_outputs(rep: dict[str, Any], out: Path, command: list[str]) -> None:
     (out / "table.txt").write_text(table(rep) + "\n")
     for key in ("cost", "turns"):
         _plot(rep, out, key)
+    _plot_paired(rep, out)
     from trace_gym.bench import report_html
 
     if hasattr(report_html, "write_index"):
