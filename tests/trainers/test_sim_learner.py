@@ -148,6 +148,7 @@ def test_bench_learn_smoke(tmp_path, capsys):
     assert rep["protocol"]["seeds"] == [0, 1] and len(rep["protocol"]["sha256"]) == 64
     assert rep["protocol"]["deviations"] == {"roots": 8, "candidates": 8}
     assert (tmp_path / "out" / "curve_cost.png").stat().st_size > 0 and (tmp_path / "out" / "summary.csv").exists()
+    assert (tmp_path / "out" / "paired_differences.png").exists() and (tmp_path / "out" / "index.html").exists()
 
 
 def test_bench_learn_refuses_uncommitted_protocol(tmp_path, capsys):
