@@ -4,7 +4,7 @@ Trains `trace_gym.trainers.sim_learner.LearnedSimPolicy` on fresh simulator task
 each arm (allocator + optimiser), every arm at the same accounted cost per step, over
 paired seeds (the same task stream, runner seed and held-out tasks per seed across arms),
 and measures exact held-out success against cumulative accounted cost. The protocol is
-the committed file configs/learn_protocol.toml (see docs/learning.md); a comparison
+the committed file configs/learn_protocol/v1.toml (see docs/learning.md); a comparison
 refuses to run unless that file is tracked by git and unmodified.
 
     trace-gym bench learn --preset math --arms trace,treepo,trace_roots,grpo --seeds 20 \\
@@ -27,7 +27,7 @@ from trace_gym.seeding import stable_seed
 
 __all__ = ["LearnConfig", "check_protocol", "config_from_protocol", "heldout_tasks", "load_protocol", "run_arm", "task_stream"]
 
-DEFAULT_PROTOCOL = Path(__file__).resolve().parent.parent / "configs" / "learn_protocol.toml"
+DEFAULT_PROTOCOL = Path(__file__).resolve().parent.parent / "configs" / "learn_protocol" / "v1.toml"
 
 
 @dataclass
