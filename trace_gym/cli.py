@@ -50,6 +50,7 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "fuzz": ("trace_gym.bench.fuzz:main", "hostile actions into every env: exceptions and step times"),
     "replay-cost": ("trace_gym.bench.replay_cost:main", "measured replay cost by depth (vLLM prefix cache, HF)"),
     "generate": ("trace_gym.bench.generate:main", "tokens/s: raw generate vs HFPolicy / VLLMPolicy"),
+    "learn": ("trace_gym.trainers.learn_cli:main", "RL on the simulator at equal cost: held-out success vs cost per arm"),
 }
 
 
