@@ -179,7 +179,9 @@ def test_simulator_with_drift_matches_the_local_runner():
     def factory():
         return gym.make("trace/Sim-v0", preset="hotpotqa", num_tasks=64, drift=True)
 
-    tasks = [f"sim-hotpotqa-0-{i}" for i in range(0, 64, 2)]
+    env = factory()
+    tasks = list(env.unwrapped.task_ids[0:64:2])
+    env.close()
     cfg = RunnerConfig(root_budget=32, replays_per_root=2.0, seed=1, max_batch=7)
 
     def args():  # each runner its own allocator and predictor (both learn)
