@@ -197,6 +197,7 @@ class Interpreter:
             pass
         out = CappedWriter(max_chars)
         error = None
+        limit = None
         old = sys.stdout, sys.stderr, sys.stdin
         sys.stdout = sys.stderr = out
         sys.stdin = NoInput()
@@ -213,13 +214,15 @@ class Interpreter:
                     print(repr(value), file=out)
         except BaseException as e:  # noqa: BLE001 - any failure of the cell is data
             error = short_traceback(e)
+            if isinstance(e, CpuLimit):
+                limit = "cpu"
             note = limit_note(e)
             if note:
                 error = error.rstrip("\n") + "\n" + note + "\n"
         finally:
             sys.stdout, sys.stderr, sys.stdin = old
         threads = sum(1 for t in threading.enumerate() if t is not threading.main_thread() and t.is_alive())
-        return {"output": out.text(), "total_chars": out.total, "error": error, "threads": threads}
+        return {"output": out.text(), "total_chars": out.total, "error": error, "threads": threads, "limit": limit}
 
 
 def short_traceback(e: BaseException, limit: int = 2000) -> str:

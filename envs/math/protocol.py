@@ -107,7 +107,9 @@ def format_cell(status: str, output: str, total_chars: int, error: str | None, *
         parts.append(text)
     if error:
         parts.append(error.rstrip("\n"))
-    if status == "timeout":
+    if status == "timeout" and error:  # the CPU limit stopped it: the error already says so
+        parts.append("The interpreter state was rolled back to what it was before this cell.")
+    elif status == "timeout":
         parts.append(
             f"TimeoutError: the cell ran longer than {timeout_s:g} s and was stopped. The interpreter "
             "state was rolled back to what it was before this cell."

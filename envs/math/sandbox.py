@@ -392,6 +392,12 @@ class Sandbox:
                 reply = None
             elapsed = time.monotonic() - t0
             self._flush_spare()
+            if reply is not None and "output" in reply and reply.get("limit") == "cpu":
+                # the CPU limit stopped the cell mid-way: the same stop as the wall limit (which of
+                # the two fires first depends on the machine's load), so its state is not kept
+                self._kill_live()
+                return CellResult("timeout", str(reply.get("output", "")), _int(reply.get("total_chars")),
+                                  str(reply.get("error") or "CpuLimit"), elapsed)
             if reply is not None and "output" in reply:
                 self._live_threads = _int(reply.get("threads"))
                 return CellResult("error" if reply.get("error") else "ok", str(reply.get("output", "")),

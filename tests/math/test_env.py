@@ -229,3 +229,19 @@ def test_pickled_checkpoint_restores_in_another_process(math_env, tmp_path):
     )
     got = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True, timeout=300).stdout
     assert got == want
+
+
+def test_cpu_limit_is_a_timeout_with_rollback(closer):
+    """The CPU limit stopping a cell is the same stop as the wall limit, whichever fires first."""
+    env = MathEnv(sandbox={"cell_timeout_s": 30.0, "cell_cpu_s": 1.0})
+    try:
+        env.reset(seed=0, options={"task": 0})
+        env.step("```python\nn = 5\n```")
+        obs, *_, info = env.step("```python\nn = 99\nwhile True:\n    pass\n```")
+        assert info["status"] == "timeout" and info["rolled_back"], info
+        assert "CPU time limit" in obs and "rolled back" in obs, obs
+        assert info["elapsed_s"] < 20, info  # the CPU limit stopped it, not the 30 s wall limit
+        obs, *_ = env.step("```python\nprint(n)\n```")
+        assert obs == "```output\n5\n```", obs
+    finally:
+        closer(env)
