@@ -210,9 +210,9 @@ def _filler(pad_id: int, eos_id: int, reward: float) -> Row:
 
 
 def allocation_record(step: int, candidates: Sequence[str], trees: Sequence[RolloutTree], report: Any) -> dict[str, Any]:
-    """The step's allocation: root rollouts (group size) and replays per selected prompt."""
+    """The step's allocation: root rollouts (group size) and replay episodes per selected prompt."""
     sizes = {t.prompt_id: len(t.root.children) for t in trees}
-    replays = {t.prompt_id: sum(1 for n in t.nodes if n.origin == "replay") for t in trees}
+    replays = {t.prompt_id: sum(1 for n in t.leaves(include_failed=True) if n.origin == "replay") for t in trees}
     return {"step": step, "candidates": list(candidates), "group_sizes": sizes, "replays": replays,
             "roots": report.roots, "replays_total": report.replays, "accounted_cost": report.accounted_cost}
 

@@ -139,6 +139,7 @@ def test_trl_grpo_trainer_trains_on_trace_trees(tmp_path, monkeypatch):
         sizes = list(r["group_sizes"].values())
         assert len(r["candidates"]) == CANDIDATES and set(r["group_sizes"]) <= set(r["candidates"])
         assert sum(sizes) == ROOTS and all(2 <= m <= M_MAX for m in sizes)
+        assert sum(r["replays"].values()) == r["replays_total"] == h["trace/replays"] == round(0.5 * ROOTS)
         assert h["trace/group_size_max"] == max(sizes) and h["trace/selected_prompts"] == len(sizes)
     last = trainer.rollout_func.last_trees
     assert {t.prompt_id: len(t.root.children) for t in last} == records[-1]["group_sizes"]
