@@ -57,14 +57,17 @@ with a row is the sampler's row, not necessarily the unit's prompt. A batch hold
 dropped and counted (``trace/dropped_units``) - size ``per_device_train_batch_size``
 for M(1 + 2N) units. ``loss_type="grpo"`` averages over rows, so balance/empty rows
 scale its loss by (unit rows / B); ``dapo`` (TRL's default) does not. One process: with
-several, each rank runs its own runner on its own prompt slice and budget. TRL's
-checkpoints do not hold the runner's predictor state or visit histories.
+several, each rank runs its own runner on its own prompt slice and budget.
+`make_grpo_trainer` adds `runner_state_callback`, so TRL's checkpoints also hold the
+runner's predictor state and visit histories and a resumed run restores them.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import os
+import pickle
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -86,6 +89,7 @@ __all__ = [
     "check_grpo_args",
     "make_grpo_trainer",
     "pack_rows",
+    "runner_state_callback",
     "task_dataset",
     "trace_advantage",
 ]
@@ -349,6 +353,43 @@ def check_grpo_args(args: Any, policy: Any) -> None:
                           f"({temp}): TRL recomputes logprobs at its temperature")
 
 
+#: the runner's state file inside each TRL checkpoint folder (predictor + visit histories)
+RUNNER_STATE_FILE = "trace_runner.pkl"
+
+
+def runner_state_callback(rollout: TraceRollout) -> Any:
+    """A `transformers.TrainerCallback` that keeps the runner's state in TRL's checkpoints.
+
+    ``on_save`` writes the predictor's ``state_dict()`` and the prompts' visit histories
+    to ``<output_dir>/checkpoint-<step>/trace_runner.pkl``; ``on_train_begin`` of a
+    resumed run (``global_step > 0``) loads them back from the checkpoint of that step.
+    """
+    transformers = require("transformers", "train")
+
+    class RunnerStateCallback(transformers.TrainerCallback):
+        def on_save(self, args, state, control, **kwargs):
+            folder = Path(args.output_dir) / f"checkpoint-{state.global_step}"
+            if state.is_world_process_zero and folder.is_dir():
+                pred = rollout.runner.predictor
+                blob = {"predictor": None if pred is None else pred.state_dict(), "history": dict(rollout.runner.history)}
+                tmp = folder / (RUNNER_STATE_FILE + ".tmp")
+                tmp.write_bytes(pickle.dumps(blob))
+                os.replace(tmp, folder / RUNNER_STATE_FILE)
+
+        def on_train_begin(self, args, state, control, **kwargs):
+            path = Path(args.output_dir) / f"checkpoint-{state.global_step}" / RUNNER_STATE_FILE
+            if state.global_step == 0 or not path.is_file():
+                return
+            blob = pickle.loads(path.read_bytes())
+            if blob["predictor"] is not None and rollout.runner.predictor is not None:
+                rollout.runner.predictor.load_state_dict(blob["predictor"])
+            rollout.runner.history.clear()
+            rollout.runner.history.update(blob["history"])
+            log.info("restored the runner's predictor and %d visit histories from %s", len(blob["history"]), path)
+
+    return RunnerStateCallback()
+
+
 def task_dataset(task_ids: Sequence[str]) -> Any:
     """A `datasets.Dataset` whose ``prompt`` column holds task ids (what `TraceRollout` reads)."""
     datasets = require("datasets", "trl")
@@ -372,6 +413,7 @@ def make_grpo_trainer(policy: Any, env_factory: Callable[[], gym.Env], args: Any
         task_ids = list(unwrap(probe).task_ids)
         probe.close()
     rollout = TraceRollout(policy, env_factory, config, allocator=allocator, predictor=predictor)
+    callbacks = [*(trainer_kwargs.pop("callbacks", None) or []), runner_state_callback(rollout)]
     return trl.GRPOTrainer(model=policy.model, reward_funcs=[trace_advantage], args=args,
                            train_dataset=task_dataset(task_ids), processing_class=policy.tokenizer,
-                           rollout_func=rollout, **trainer_kwargs)
+                           rollout_func=rollout, callbacks=callbacks, **trainer_kwargs)

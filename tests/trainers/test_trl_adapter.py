@@ -155,3 +155,32 @@ def test_trl_grpo_trainer_trains_on_trace_trees(tmp_path, monkeypatch):
     acc = EventAccumulator(str(run))
     acc.Reload()
     assert [e.value for e in acc.Scalars("train/trace/roots")] == [ROOTS] * 3
+
+
+@pytest.mark.slow  # two short TRL runs (~1 min on a shared 2-core machine)
+def test_trl_checkpoints_carry_the_runner_state_into_a_resumed_run(tmp_path, monkeypatch):
+    from trace_gym.trainers.trl_adapter import RUNNER_STATE_FILE, make_grpo_trainer
+    from trl import GRPOConfig
+
+    monkeypatch.setenv("TRL_EXPERIMENTAL_SILENCE", "1")
+    cfg = TRLRolloutConfig(root_budget=ROOTS, replays_per_root=0.5, m_max=M_MAX, seed=0)
+
+    def build(steps):
+        policy, env_factory = _tiny_sim()
+        args = GRPOConfig(output_dir=str(tmp_path / "trl"), per_device_train_batch_size=CANDIDATES * G,
+                          num_generations=G, max_steps=steps, save_strategy="steps", save_steps=1, report_to="none",
+                          use_cpu=True, scale_rewards="none", learning_rate=1e-3, seed=0, temperature=1.0,
+                          disable_tqdm=True)
+        return make_grpo_trainer(policy, env_factory, args, cfg)
+
+    first = build(2)
+    first.train()
+    saved = dict(first.rollout_func.runner.history)
+    assert saved and (tmp_path / "trl" / "checkpoint-2" / RUNNER_STATE_FILE).is_file()
+    resumed = build(3)
+    assert not resumed.rollout_func.runner.history
+    resumed.train(resume_from_checkpoint=True)
+    history = resumed.rollout_func.runner.history
+    for prompt, visits in saved.items():  # steps 0-1 restored, step 2 appended
+        assert history[prompt].rewards[: len(visits.rewards)] == visits.rewards
+    assert sum(len(v.rewards) for v in history.values()) > sum(len(v.rewards) for v in saved.values())
