@@ -3,7 +3,7 @@
 Every name (optimiser, allocator, predictor, aggregation, policy kind) is checked in
 ``__post_init__``, so a typo fails before a model is loaded or a rollout is run. A
 config file mirrors the dataclasses: top-level fields plus the tables ``[policy]``,
-``[rollout]``, ``[algo]`` and ``[optim]``; an unknown key is an error.
+``[rollout]``, ``[algo]``, ``[optim]`` and ``[logging]``; an unknown key is an error.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from trace_gym.errors import ConfigError, unknown
 from trace_gym.optional import require
 from trace_gym.registration import check_env_id
 
-__all__ = ["AlgoConfig", "OptimConfig", "PolicyConfig", "RolloutConfig", "TrainConfig", "load_config"]
+__all__ = ["AlgoConfig", "LoggingConfig", "OptimConfig", "PolicyConfig", "RolloutConfig", "TrainConfig", "load_config"]
 
 POLICY_KINDS = ("tiny", "hf", "vllm", "custom")
 
@@ -243,6 +243,40 @@ class OptimConfig:
 
 
 @dataclass
+class LoggingConfig:
+    """Metric sinks beside metrics.jsonl (`trace_gym.trainers.loggers`)."""
+
+    #: any of "tensorboard", "wandb", "mlflow" (the top-level ``tensorboard = false`` drops TensorBoard)
+    backends: list[str] = field(default_factory=lambda: ["tensorboard"])
+    #: run name in W&B and MLflow ("" = the name of out_dir)
+    run_name: str = ""
+    wandb_project: str = "trace-gym"
+    #: "offline" (default: files under out_dir/wandb, `wandb sync` uploads them), "online" or "disabled"
+    wandb_mode: str = "offline"
+    #: extra `wandb.init` keyword arguments (entity, tags, group, ...)
+    wandb_kwargs: dict[str, Any] = field(default_factory=dict)
+    #: MLflow tracking URI ("" = sqlite:///<out_dir>/mlflow.db)
+    mlflow_tracking_uri: str = ""
+    mlflow_experiment: str = "trace-gym"
+
+    def __post_init__(self) -> None:
+        from trace_gym.trainers.loggers import LOGGERS, WANDB_MODES
+
+        _check_types(self, "logging")
+        for name in self.backends:
+            if name not in LOGGERS:
+                raise unknown("logging backend", name, LOGGERS)
+        if len(set(self.backends)) != len(self.backends):
+            raise ConfigError(f"logging.backends lists a backend twice: {self.backends}")
+        if self.wandb_mode not in WANDB_MODES:
+            raise ConfigError(f"logging.wandb_mode must be one of {WANDB_MODES}, got {self.wandb_mode!r}")
+
+    def active(self, tensorboard: bool = True) -> list[str]:
+        """The backends to open (TensorBoard only when the top-level switch allows it)."""
+        return [b for b in self.backends if b != "tensorboard" or tensorboard]
+
+
+@dataclass
 class TrainConfig:
     """One training run."""
 
@@ -267,6 +301,7 @@ class TrainConfig:
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     algo: AlgoConfig = field(default_factory=AlgoConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
+    logging: LoggingConfig = field(default_factory=LoggingConfig)
 
     def __post_init__(self) -> None:
         for name, cls in _SECTIONS.items():
@@ -285,7 +320,8 @@ class TrainConfig:
         return _build(cls, d, "config")
 
 
-_SECTIONS = {"policy": PolicyConfig, "rollout": RolloutConfig, "algo": AlgoConfig, "optim": OptimConfig}
+_SECTIONS = {"policy": PolicyConfig, "rollout": RolloutConfig, "algo": AlgoConfig, "optim": OptimConfig,
+             "logging": LoggingConfig}
 
 
 def _build(cls: type, d: dict[str, Any], where: str) -> Any:

@@ -18,7 +18,8 @@ One step:
    updates (LoRA adapters included), so there is nothing to copy; a generator with its
    own weights either exposes ``sync_weights(model)`` or is a vLLM engine whose model
    gets the new weights through ``load_weights`` (a best-effort hook on vLLM internals);
-6. metrics to JSONL + TensorBoard, periodic evaluation, an atomic checkpoint.
+6. metrics to JSONL + the configured loggers (TensorBoard, W&B, MLflow:
+   `trace_gym.trainers.loggers`), periodic evaluation, an atomic checkpoint.
 
 Checkpoints (``out_dir/checkpoints/step_NNNNNN``) hold the trainable weights, the
 optimiser, the predictor's ``state_dict()``, the runner's visit histories, the RNG states
@@ -53,6 +54,7 @@ import numpy as np
 from trace_gym.trainers.advantages import compute_advantages
 from trace_gym.trainers.config import PolicyConfig, TrainConfig
 from trace_gym.trainers.data import Sample, collate, sample_from_unit
+from trace_gym.trainers.loggers import check_backends, make_loggers, scalars
 from trace_gym.trainers.losses import LossOutput, entropy_from_logits, policy_loss, token_logprobs
 from trace_gym.trainers.sync import sync_weights
 
@@ -287,7 +289,8 @@ class Trainer:
         self.env_factory, self.task_ids = parts.env_factory, parts.task_ids
         self.allocator, self.runner = parts.allocator, parts.runner
         self.step = 0  # next step to run
-        self._tb = None
+        check_backends(config.logging.active(config.tensorboard))
+        self._loggers: list[Any] | None = None  # opened at the first logged step
         self.history: list[dict[str, Any]] = []
 
     # ------------------------------------------------------------------ data
@@ -478,8 +481,9 @@ class Trainer:
                 bar.set_postfix(reward=f"{m['reward']:.3f}", eff=f"{m['effective_ratio']:.2f}")
         finally:
             bar.close()
-            if self._tb is not None:
-                self._tb.flush()
+            for logger in self._loggers or []:
+                logger.close()
+            self._loggers = None
         return self.history
 
     # ------------------------------------------------------------------ evaluation
@@ -502,18 +506,11 @@ class Trainer:
         self.history.append(m)
         with open(self.out / "metrics.jsonl", "a") as f:
             f.write(json.dumps(m, default=float) + "\n")
-        if self.config.tensorboard:
-            if self._tb is None:
-                try:
-                    from torch.utils.tensorboard import SummaryWriter
-                except ImportError:  # tensorboard missing: JSONL only
-                    log.warning("tensorboard is not installed; metrics go to metrics.jsonl only")
-                    self.config.tensorboard = False
-                    return
-                self._tb = SummaryWriter(str(self.out / "tb"))
-            for k, v in m.items():
-                if isinstance(v, (int, float)) and k != "step" and np.isfinite(v):
-                    self._tb.add_scalar(k, v, m["step"])
+        if self._loggers is None:  # TensorBoard / W&B / MLflow (trace_gym.trainers.loggers)
+            cfg = self.config
+            self._loggers = make_loggers(cfg.logging.active(cfg.tensorboard), self.out, cfg.logging, cfg.to_dict())
+        for logger in self._loggers:
+            logger.log(scalars(m), m["step"])
 
     # ------------------------------------------------------------------ checkpoints
     @property
