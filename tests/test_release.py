@@ -5,9 +5,9 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+import tomllib
 import venv
 import zipfile
-import tomllib
 from importlib import metadata
 from pathlib import Path
 
