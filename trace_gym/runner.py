@@ -50,7 +50,7 @@ from trace_gym.core import unwrap
 from trace_gym.errors import BranchFailures, ConfigError
 from trace_gym.policy import Policy, policy_version
 from trace_gym.predict.base import Predictor
-from trace_gym.scheduling import EnvPool, PromptWork, StepContext, StepScheduler, tell_step
+from trace_gym.scheduling import EXPANSIONS, EnvPool, PromptWork, StepContext, StepScheduler, tell_step
 from trace_gym.seeding import stable_seed
 from trace_gym.tree import RolloutTree
 
@@ -87,8 +87,14 @@ class RunnerConfig:
     #: raise `BranchFailures` (instead of warning) when more than half of a step's
     #: branches failed - an env or backend bug, not bad luck
     raise_on_failures: bool = False
+    #: "per-prompt": expand each prompt's prefixes the moment its own roots are done (the
+    #: paper's schedule); "global": only after every root of the step has finished (a
+    #: barrier, for comparison - same allocations, same trees, more waiting)
+    expansion: str = "per-prompt"
 
     def __post_init__(self) -> None:
+        if self.expansion not in EXPANSIONS:
+            raise ConfigError(f"expansion must be one of {EXPANSIONS}, got {self.expansion!r}")
         if self.root_budget < 1:
             raise ConfigError(f"root_budget must be >= 1, got {self.root_budget}")
         if self.replays_per_root < 0:
@@ -284,6 +290,7 @@ def step_context(
         reseed_replays=config.reseed_replays,
         policy_retries=config.policy_retries,
         policy_version=policy_version(policy),
+        expansion=config.expansion,
     )
 
 
