@@ -31,6 +31,7 @@ import numpy as np
 from trace_gym.budget import Budget, Event, StepReport, Stopwatch
 from trace_gym.core import Checkpoint, unwrap
 from trace_gym.errors import ConfigError, EngineUnavailable, PolicyError
+from trace_gym.mixture import member_task_id
 from trace_gym.policy import Conversation, Policy, PolicyOutput
 from trace_gym.predict.base import State
 from trace_gym.seeding import branch_seed
@@ -193,6 +194,9 @@ class StepContext:
     policy_version: int | str | None = None
     #: "per-prompt" (expand a prompt when its roots are done) or "global" (after all roots)
     expansion: str = "per-prompt"
+    #: env ids of the candidates -> each one's root-rollout cost relative to their mean
+    #: (None: every rollout costs 1; a multi-env mixture measures them, `trace_gym.mixture`)
+    root_costs: Callable[[list[str]], list[float]] | None = None
 
     def __post_init__(self) -> None:
         if self.expansion not in EXPANSIONS:
@@ -344,7 +348,7 @@ class StepScheduler:
         ep.seeds.append(seed)
         return Conversation(
             env_id=tree.env_id,
-            task_id=tree.prompt_id,
+            task_id=member_task_id(tree.prompt_id, ep.reset_info),
             prompt=ep.prompt,
             turns=ep.prefix_turns + tuple(ep.turns),
             seed=seed,

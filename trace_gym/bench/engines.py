@@ -172,7 +172,7 @@ def _hf_policy() -> Any:
     from trace_gym.distributed import WorkerPolicy
     from trace_gym.distributed.engine import resolve
 
-    tiny = resolve(TINY_CONFIG)(("trace/Sim-v0",), episodes_per_env=16, sft_steps=200)
+    tiny = resolve(TINY_CONFIG)(("trace/Sim-v0",), episodes_per_env=16, sft_steps=60)
     return WorkerPolicy(resolve(TINY_POLICY), tiny)
 
 
@@ -257,14 +257,14 @@ def format_engine_bench(result: dict[str, Any]) -> str:
         f"Engine pool: trace/Sim-v0 {c['preset']}, M={c['roots']} N={c['replays']:g}, allocator={c['policy']}, "
         f"{c['steps']} timed steps (+1 warm-up); simulated engine latency {lat} per turn, "
         f"{c['engine_slots']} slots per engine (a concurrency check)",
-        "policy      barrier      engines+workers   step wall s   episodes/s   turns/s   engine idle   same trees",
+        "policy       barrier      engines+workers   step wall s   episodes/s   turns/s   engine idle   same trees",
     ]
     for r in result["rows"]:
         setting = "in-process" if r["engines"] == 0 else f"{r['engines']}+{r['workers']}"
         idle = "-" if r["idle_share"] is None else f"{100 * r['idle_share']:.0f}%"
         same = r.get("same_trees", r.get("same_shapes"))
         same_s = "-" if same is None else ("yes" if same else "NO") + ("" if "same_trees" in r else " (shapes)")
-        lines.append(f"{r['kind']:<11} {r['barrier']:<12} {setting:<17} {r['step_wall_s']:11.2f}   "
+        lines.append(f"{r['kind']:<12} {r['barrier']:<12} {setting:<17} {r['step_wall_s']:11.2f}   "
                      f"{r['episodes_per_s']:10.1f}   {r['turns_per_s']:7.1f}   {idle:>11}   {same_s}")  # fmt: skip
     lines.append(f"ray_speedup {result['ray_speedup']:.2f}x ({' vs '.join(reversed(result['ray_speedup_settings']))} "
                  f"engines+workers), trees_identical {result['trees_identical']}")  # fmt: skip
