@@ -51,7 +51,14 @@ from trace_gym.errors import BranchFailures, ConfigError
 from trace_gym.mixture import ROLLOUT_COSTS, RolloutCosts
 from trace_gym.policy import Policy, policy_version
 from trace_gym.predict.base import Predictor
-from trace_gym.scheduling import EXPANSIONS, EnvPool, PromptWork, StepContext, StepScheduler, tell_step
+from trace_gym.scheduling import (
+    EXPANSIONS,
+    EnvPool,
+    PromptWork,
+    StepContext,
+    StepScheduler,
+    tell_step,
+)
 from trace_gym.seeding import stable_seed
 from trace_gym.tree import RolloutTree
 

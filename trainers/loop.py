@@ -172,6 +172,9 @@ def _engine_options(ro: Any, policy: Any) -> dict[str, Any]:
     if not ro.ray_engines or ro.ray_address is None:
         return {}
     opts: dict[str, Any] = {"num_engines": ro.ray_engines, "engine_batching": "batch", "engine_max_batch": ro.max_batch}
+    if hasattr(getattr(policy, "model", None), "peft_config"):
+        raise ConfigError("rollout.ray_engines does not support LoRA policies (the engines would get merged "
+                          "weights in a LoRA copy); set policy.lora = false or rollout.ray_engines = 0")
     if getattr(policy, "model", None) is not None:  # an in-process HF policy (vLLM: not from the trainer)
         opts.update(engine_export="trace_gym.trainers.sync:engine_weights",
                     engine_apply="trace_gym.trainers.sync:load_engine_weights")  # fmt: skip

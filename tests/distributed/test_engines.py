@@ -114,8 +114,8 @@ def _countdown_conv(seed):
 @pytest.mark.slow
 def test_hf_engines_take_the_trainers_weights_by_version(ray_local, tiny_dir):
     import torch
-
     from trace_gym.agents.hf import HFPolicy
+
     from trace_gym.distributed.engine import EnginePool
 
     torch.manual_seed(0)
@@ -146,6 +146,7 @@ def test_hf_engines_take_the_trainers_weights_by_version(ray_local, tiny_dir):
 @pytest.mark.slow
 def test_hf_engines_give_the_local_allocations_and_tree_shapes(tiny_dir):
     from trace_gym.agents.hf import HFPolicy
+
     from trace_gym.bench.engines import tree_shape
     from trace_gym.distributed import WorkerPolicy
 

@@ -11,7 +11,13 @@ import pytest
 from trace_gym.alloc import make_allocator
 from trace_gym.alloc.solvers import root_value, solve_roots_costed, solve_roots_reference
 from trace_gym.errors import AllocationError, ConfigError, TaskNotFound
-from trace_gym.mixture import RolloutCosts, member_of, mixture_candidates, per_env_metrics, per_member
+from trace_gym.mixture import (
+    RolloutCosts,
+    member_of,
+    mixture_candidates,
+    per_env_metrics,
+    per_member,
+)
 from trace_gym.predict import make_predictor
 from trace_gym.runner import BranchingRunner, RunnerConfig
 

@@ -25,7 +25,14 @@ from typing import ClassVar
 import numpy as np
 
 from trace_gym.alloc.base import Candidate, PrefixCandidate
-from trace_gym.alloc.solvers import _as_int, _increments, root_value, solve_prefixes, solve_roots, solve_roots_costed
+from trace_gym.alloc.solvers import (
+    _as_int,
+    _increments,
+    root_value,
+    solve_prefixes,
+    solve_roots,
+    solve_roots_costed,
+)
 from trace_gym.errors import AllocationError, ConfigError
 
 logger = logging.getLogger(__name__)

@@ -27,7 +27,6 @@ counts per prompt) and tree shapes against a local run instead of exact equality
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
