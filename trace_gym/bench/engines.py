@@ -204,7 +204,11 @@ def _summary(cfg: EngineBenchConfig, rows: list[dict[str, Any]]) -> dict[str, An
     hf = [r for r in rows if r["kind"] == "hf"]
     if hf:
         out["hf_shapes_identical"] = all(r["same_shapes"] for r in hf)
-        out["hf_episodes_per_s"] = {str(r["engines"]): r["episodes_per_s"] for r in hf}
+        out["hf_episodes_per_s"] = {f"{r['barrier']}/{r['engines']}": r["episodes_per_s"] for r in hf}
+        if set(cfg.barriers) == set(EXPANSIONS):
+            by_hf = {(r["barrier"], r["engines"]): r for r in hf}
+            out["hf_barrier_step_wall_ratio"] = {
+                str(n): by_hf["global", n]["step_wall_s"] / by_hf["per-prompt", n]["step_wall_s"] for n in cfg.engines}
     return out
 
 
@@ -239,11 +243,10 @@ def run_engine_bench(cfg: EngineBenchConfig) -> dict[str, Any]:
 def _hf_rows(cfg: EngineBenchConfig) -> list[dict[str, Any]]:
     policy = _hf_policy()
     factory, pools = _pools(cfg, cfg.preset, cfg.hf_roots)
-    pools = pools[:2]  # one warm-up and one timed step: the tiny model is slow here
     ref = _reference(cfg, policy.build(), factory, pools, cfg.hf_roots, cfg.max_batch)
     ref["kind"] = "hf-reference"
-    rows = [_ray_row(cfg, policy, factory, pools, engines=n, expansion="per-prompt", roots=cfg.hf_roots, hf=True)
-            for n in cfg.engines]  # fmt: skip
+    rows = [_ray_row(cfg, policy, factory, pools, engines=n, expansion=b, roots=cfg.hf_roots, hf=True)
+            for b in cfg.barriers for n in cfg.engines]  # fmt: skip
     _same(rows, ref, exact=False)
     ref.pop("trees")
     return [ref, *rows]
@@ -270,6 +273,8 @@ def format_engine_bench(result: dict[str, Any]) -> str:
     for n, b in result.get("barrier", {}).items():
         lines.append(f"{n} engine(s): global barrier / per-prompt step wall {b['step_wall_ratio']:.2f}x, engine idle "
                      f"{100 * b['idle_share_global']:.0f}% vs {100 * b['idle_share_per_prompt']:.0f}%")  # fmt: skip
+    for n, ratio in result.get("hf_barrier_step_wall_ratio", {}).items():
+        lines.append(f"HF engines, {n} engine(s): global barrier / per-prompt step wall {ratio:.2f}x")
     return "\n".join(lines)
 
 
