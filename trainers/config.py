@@ -144,6 +144,12 @@ class RolloutConfig:
     ray_address: str | None = None
     #: Ray rollout workers (with `ray_address`; see docs/distributed.md)
     ray_workers: int = 2
+    #: generation-engine actors the workers call (with `ray_address`; 0: the policy on
+    #: each worker). The trainer's weights reach them by version after every step.
+    ray_engines: int = 0
+    #: root-rollout cost for the root solver: "flat", or per env "turns" / "tokens" (a
+    #: multi-env mixture, `env_id = "trace/Mixture-v0"`; see docs/trainers.md)
+    rollout_cost: str = "flat"
 
     def __post_init__(self) -> None:
         from trace_gym.alloc import ALLOCATORS
@@ -165,6 +171,10 @@ class RolloutConfig:
                 f"rollout.m_max and rollout.group_size must be >= 2 (a prompt's rollouts are "
                 f"compared with each other), got m_max={self.m_max}, group_size={self.group_size}"
             )
+        if self.rollout_cost not in ("flat", "turns", "tokens"):
+            raise ConfigError(f"rollout.rollout_cost must be flat, turns or tokens, got {self.rollout_cost!r}")
+        if self.ray_engines < 0:
+            raise ConfigError(f"rollout.ray_engines must be >= 0, got {self.ray_engines}")
         if self.replay_cost <= 0 or self.ray_workers < 1:
             raise ConfigError("rollout.replay_cost must be > 0 and rollout.ray_workers >= 1")
         if (self.max_batch is not None and self.max_batch < 1) or (self.train_tasks is not None and self.train_tasks < 1):

@@ -60,6 +60,7 @@ from trace_gym.trainers.sync import sync_weights
 
 from trace_gym.core import unwrap
 from trace_gym.errors import ConfigError, TraceGymError
+from trace_gym.mixture import flat_env_metrics, mixture_candidates, per_member
 from trace_gym.optional import require
 from trace_gym.provenance import write_provenance
 from trace_gym.seeding import stable_seed
@@ -70,6 +71,8 @@ torch = require("torch", "train")
 __all__ = ["Trainer", "TrainerParts", "build_parts", "build_policy", "load_trainer_model"]
 
 log = logging.getLogger(__name__)
+
+MIXTURE = "trace/Mixture-v0"
 
 
 def build_policy(cfg: PolicyConfig) -> Any:
@@ -163,7 +166,21 @@ def _task_ids(env_factory: Callable[[], gym.Env], train_tasks: int | None) -> li
     probe = env_factory()
     ids = list(unwrap(probe).task_ids)
     probe.close()
-    return ids if train_tasks is None else ids[:train_tasks]
+    return per_member(ids, train_tasks)  # a mixture: the first train_tasks of each member
+
+
+def _engine_options(ro: Any, policy: Any) -> dict[str, Any]:
+    """Ray engine-pool options: HF weights travel by version through `sync.py`'s engine hooks."""
+    if not ro.ray_engines or ro.ray_address is None:
+        return {}
+    opts: dict[str, Any] = {"num_engines": ro.ray_engines, "engine_batching": "batch", "engine_max_batch": ro.max_batch}
+    if hasattr(getattr(policy, "model", None), "peft_config"):
+        raise ConfigError("rollout.ray_engines does not support LoRA policies (the engines would get merged "
+                          "weights in a LoRA copy); set policy.lora = false or rollout.ray_engines = 0")
+    if getattr(policy, "model", None) is not None:  # an in-process HF policy (vLLM: not from the trainer)
+        opts.update(engine_export="trace_gym.trainers.sync:engine_weights",
+                    engine_apply="trace_gym.trainers.sync:load_engine_weights")  # fmt: skip
+    return opts
 
 
 def build_parts(
@@ -201,9 +218,10 @@ def build_parts(
     if predictor is None and ro.predictor:
         predictor = make_predictor(ro.predictor, **ro.predictor_kwargs)
     rc = RunnerConfig(root_budget=ro.root_budget, replays_per_root=ro.replays_per_root, m_max=ro.m_max,
-                      replay_cost=ro.replay_cost, max_batch=ro.max_batch, seed=cfg.seed)
+                      replay_cost=ro.replay_cost, max_batch=ro.max_batch, seed=cfg.seed,
+                      rollout_cost=ro.rollout_cost)
     runner = make_runner(policy, env_factory, allocator, predictor, rc,
-                         ray_address=ro.ray_address, num_workers=ro.ray_workers)
+                         ray_address=ro.ray_address, num_workers=ro.ray_workers, **_engine_options(ro, policy))
     return TrainerParts(policy, model, ref_model, optimizer, sync_mode, env_factory, task_ids, allocator, runner)
 
 
@@ -298,6 +316,9 @@ class Trainer:
         """The step's candidate prompts: a pure function of (seed, step)."""
         rng = np.random.default_rng(stable_seed("candidates", self.config.seed, step))
         k = min(self.config.rollout.candidates_per_step, len(self.task_ids))
+        weights = self.config.rollout.env_kwargs.get("weights") if self.config.rollout.env_id == MIXTURE else None
+        if weights:  # a mixture's per-env candidate shares
+            return mixture_candidates(self.task_ids, weights, k, rng)
         return [self.task_ids[i] for i in sorted(rng.choice(len(self.task_ids), size=k, replace=False))]
 
     def samples(self, trees: Sequence[RolloutTree]) -> tuple[list[Sample], dict[str, float]]:
@@ -452,6 +473,7 @@ class Trainer:
             "time_train_s": t_train,
             **{f"time_rollout_{k}_s": v for k, v in rep.time_s.items()},
             **{f"predictor_{k}": v for k, v in rep.predictor_update.items()},
+            **flat_env_metrics(trees),  # a mixture: effective ratio, success, tokens per env
         }
         return m
 
@@ -497,7 +519,7 @@ class Trainer:
 
         cfg = self.config
         k = cfg.eval_samples
-        s = evaluate(self.policy, self.env_factory, self.task_ids[: cfg.eval_tasks], k=k, seed=cfg.seed).summary
+        s = evaluate(self.policy, self.env_factory, per_member(self.task_ids, cfg.eval_tasks), k=k, seed=cfg.seed).summary
         return {"success": s[f"mean@{k}"], "pass": s[f"pass@{k}"], "turns": s["avg_turns"],
                 "tokens": s["avg_tokens"], "errors": s["errors"], "overflows": s["overflows"]}
 
@@ -534,7 +556,8 @@ class Trainer:
         predictor = self.runner.predictor
         with open(tmp / "state.pkl", "wb") as f:
             pickle.dump({"step": self.step, "rng": rng, "predictor": None if predictor is None else predictor.state_dict(),
-                         "history": dict(self.runner.history), "config": self.config.to_dict()}, f)
+                         "history": dict(self.runner.history), "config": self.config.to_dict(),
+                         "rollout_costs": None if self.runner.costs is None else dict(self.runner.costs.mean)}, f)
         sums = {name: _sha256(tmp / name) for name in CHECKPOINT_FILES}
         (tmp / CHECKSUMS).write_text(json.dumps(sums, indent=1) + "\n")
         if final.exists():
@@ -603,6 +626,8 @@ class Trainer:
             self.runner.predictor.load_state_dict(state["predictor"])
         self.runner.history.clear()
         self.runner.history.update(state["history"])
+        if self.runner.costs is not None and state.get("rollout_costs") is not None:  # a mixture's measured costs
+            self.runner.costs.mean = dict(state["rollout_costs"])
         torch.set_rng_state(state["rng"]["torch"])
         np.random.set_state(state["rng"]["numpy"])
         random.setstate(state["rng"]["python"])
