@@ -27,6 +27,7 @@ text is ``tokenizer.decode(token_ids, skip_special_tokens=True)``.
 
 from __future__ import annotations
 
+import copy
 import inspect
 import json
 import logging
@@ -42,7 +43,7 @@ from trace_gym.errors import ConfigError
 from trace_gym.optional import require
 from trace_gym.policy import Conversation, PolicyOutput
 
-__all__ = ["HFPolicy", "SamplingConfig"]
+__all__ = ["HFPolicy", "SamplingConfig", "model_formats"]
 
 logger = logging.getLogger(__name__)
 
@@ -94,6 +95,11 @@ FORMATS_FILE = "trace_gym_formats.json"
 def _read_formats(path: str) -> dict[str, dict[str, Any]]:
     f = Path(path) / FORMATS_FILE
     return json.loads(f.read_text()) if f.is_file() else {}
+
+
+def model_formats(path: str) -> dict[str, ReActFormat]:
+    """The ReAct formats for a model directory: the defaults plus the overrides it carries."""
+    return formats_with(_read_formats(path))
 
 
 def _cache_of(out: Any) -> Any:
@@ -152,7 +158,7 @@ class HFPolicy:
         torch = require("torch", "train")
         transformers = require("transformers", "train")
         tokenizer = transformers.AutoTokenizer.from_pretrained(path)
-        formats = formats_with(_read_formats(path))
+        formats = model_formats(path)
         torch_dtype = getattr(torch, dtype) if dtype else (torch.bfloat16 if device.startswith("cuda") else torch.float32)
         model = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype).to(device)
         return cls(model, tokenizer, SamplingConfig(**sampling), formats=formats)
@@ -208,6 +214,44 @@ class HFPolicy:
                     info={"context_tokens": len(row.context.ids)},
                 )
         return outputs  # type: ignore[return-value]
+
+    def generate_ids(
+        self,
+        contexts: Sequence[Sequence[int]],
+        seeds: Sequence[int],
+        *,
+        max_new_tokens: int,
+        stop: Sequence[str] = (),
+        temperature: float | None = None,
+        top_p: float | None = None,
+    ) -> list[tuple[list[int], list[float], str]]:
+        """Token-in, token-out sampling: (ids, logprobs, finish reason) per context.
+
+        For servers that build contexts themselves (`trace_gym.agents.verl_server`): the
+        same sampler, stop handling and logprobs as `generate`, with the sampling
+        settings of this call (None: the policy's own). A context that fills the window
+        generates nothing (``"overflow"``).
+        """
+        s = self.sampling
+        sampling = SamplingConfig(
+            temperature=s.temperature if temperature is None else float(temperature),
+            top_p=s.top_p if top_p is None else float(top_p),
+            max_new_tokens=max_new_tokens, max_context=s.max_context, max_batch=s.max_batch,
+        )  # fmt: skip
+        runner = copy.copy(self)  # same model and tokenizer, this call's sampling settings
+        runner.sampling = sampling
+        results: list[tuple[list[int], list[float], str]] = [([], [], "overflow")] * len(contexts)
+        rows = []
+        for i, (ids, seed) in enumerate(zip(contexts, seeds, strict=True)):
+            room = self.max_context - len(ids)
+            if room > 0:
+                ctx = Context(ids=list(ids), appended=[], prompt=[])
+                rows.append(_Row(i, ctx, int(seed), min(max_new_tokens, room), room < max_new_tokens, tuple(stop)))
+        for start in range(0, len(rows), sampling.max_batch):
+            chunk = rows[start : start + sampling.max_batch]
+            for row, res in zip(chunk, runner._sample(chunk), strict=True):
+                results[row.index] = res
+        return results
 
     def _row(self, index: int, conv: Conversation) -> _Row:
         fmt = self.chat.format(conv.env_id)

@@ -3,7 +3,8 @@
 #   scripts/setup_venv.sh VENV_DIR [EXTRAS]
 # Installs torch==2.13.0 first when torch is absent (a bare `torch` requirement would
 # pull a multi-GB CUDA build), then the project (editable) with EXTRAS, then bfcl-eval
-# without its dependencies (its full set pins numpy 1.26 and API clients) plus mpmath.
+# without its dependencies (its full set pins numpy 1.26 and API clients) plus mpmath,
+# then (EXTRAS all or verl) verl's agent-loop interfaces without verl's dependency set.
 set -euo pipefail
 VENV=${1:-.venv}
 EXTRAS=${2:-all}
@@ -43,4 +44,11 @@ export PIP_DISABLE_PIP_VERSION_CHECK=1
 "$PY" -m pip install -q -e ".[$EXTRAS]"
 "$PY" -m pip install -q --no-deps "bfcl-eval==2026.3.23"
 "$PY" -m pip install -q "mpmath>=1.3"
+# verl's agent-loop interfaces (trace_gym.trainers.verl_adapter), without verl's own
+# dependency set (see the `verl` extra in pyproject.toml for why); hydra-core and omegaconf
+# need the antlr4 4.9.3 runtime (math-verify's parser runs on it too)
+case ",$EXTRAS," in *,all,*|*,verl,*)
+  "$PY" -m pip install -q --no-deps "verl==0.9.1" "hydra-core==1.3.2" "omegaconf==2.3.0" \
+    "antlr4-python3-runtime==4.9.3" ;;
+esac
 echo "$WANT" > "$STAMP"

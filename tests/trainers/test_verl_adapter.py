@@ -1,0 +1,247 @@
+"""The verl adapter against verl's own classes (verl 0.9.1, installed by `make setup`).
+
+What runs here, on CPU: verl's hydra trainer config (``verl/trainer/config/ppo_trainer``),
+``AgentLoopBase`` / ``AgentLoopOutput`` / the agent-loop registry, ``AgentLoopWorker``
+(the loop instantiated by ``hydra.utils.instantiate`` from the registry, padding,
+position ids, ``rm_scores``, ``DataProto``), verl's GRPO advantage
+(``core_algos.compute_grpo_outcome_advantage``) and, in the slow test, verl's
+``LLMServerClient`` and ``GlobalRequestLoadBalancer`` on Ray. Generation is the tiny
+local HF model behind `HFTokenServer`, not vLLM/SGLang (docs/verl.md says what is left).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import pickle
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+# plain imports, never importorskip: `make setup` installs verl, so a missing one fails here
+import trace_gym.trainers.verl_adapter as va  # noqa: E402
+from hydra import compose, initialize_config_dir  # noqa: E402
+from trace_gym.agents.context import ChatTokens, obs_role
+from trace_gym.agents.hf import model_formats
+from trace_gym.agents.verl_server import HFTokenServer  # noqa: E402
+from verl.experimental.agent_loop.agent_loop import (  # noqa: E402
+    AgentLoopOutput,
+    AgentLoopWorker,
+    DictConfigWrap,
+    _agent_loop_registry,
+)
+from verl.protocol import DataProto  # noqa: E402
+from verl.trainer.ppo.core_algos import compute_grpo_outcome_advantage  # noqa: E402
+
+import trace_gym  # noqa: F401 - registers the env ids
+from trace_gym.alloc import ALLOCATORS
+from trace_gym.errors import ConfigError
+from trace_gym.runner import RunnerConfig
+
+ENV = "trace/Sim-v0"
+TASK = "sim-math_r06-0-0"
+
+
+@pytest.fixture(scope="module")
+def model_dir():
+    from trace_gym.agents.tiny import default_test_config, tiny_model_dir
+
+    return str(tiny_model_dir(default_test_config(envs=(ENV,))))
+
+
+@pytest.fixture(scope="module")
+def verl_config(model_dir):
+    """verl's own PPO trainer config, composed by hydra, pointed at the tiny model."""
+    import verl
+
+    cdir = os.path.join(os.path.dirname(verl.__file__), "trainer", "config")
+    with initialize_config_dir(config_dir=cdir, version_base=None):
+        return compose("ppo_trainer", overrides=[
+            f"actor_rollout_ref.model.path={model_dir}", "actor_rollout_ref.rollout.name=vllm",
+            "actor_rollout_ref.rollout.prompt_length=512", "actor_rollout_ref.rollout.response_length=400",
+            "actor_rollout_ref.rollout.calculate_log_probs=true",
+            f"actor_rollout_ref.rollout.agent.default_agent_loop={va.AGENT_NAME}",
+        ])  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def server(verl_config):
+    return HFTokenServer.from_config(verl_config)
+
+
+@pytest.fixture(scope="module")
+def worker(verl_config, server):
+    return AgentLoopWorker(verl_config, server)
+
+
+def _loop(verl_config, server, worker):
+    """The agent loop built exactly as AgentLoopWorker._run_agent_loop builds it."""
+    import hydra
+
+    return hydra.utils.instantiate(
+        config=_agent_loop_registry[va.AGENT_NAME], trainer_config=DictConfigWrap(config=verl_config),
+        server_manager=server, tokenizer=worker.tokenizer, processor=None, hf_model_type=worker.hf_model_type,
+        dataset_cls=worker.dataset_cls, data_config=DictConfigWrap(verl_config.data), tools=None,
+    )  # fmt: skip
+
+
+def _params():
+    return {"temperature": 1.0, "top_p": 1.0, "top_k": -1, "repetition_penalty": 1.0, "logprobs": True}
+
+
+def _run(loop, request):
+    return asyncio.run(loop.run(_params(), raw_prompt=[{"role": "user", "content": "x"}], trace_gym=request))
+
+
+def test_registered_with_verl():
+    assert _agent_loop_registry[va.AGENT_NAME] == {"_target_": "trace_gym.trainers.verl_adapter.TraceEnvAgentLoop"}
+
+
+def test_agent_loop_output_follows_the_token_contract(verl_config, server, worker, model_dir):
+    loop = _loop(verl_config, server, worker)
+    out = _run(loop, va.trace_request(ENV, TASK, env_seed=3, child=1))
+    assert isinstance(out, AgentLoopOutput)
+    r = out.extra_fields["trace_gym_result"]
+    turns = r["turns"]
+    assert turns and r["error"] is None
+    n = len(out.response_ids)
+    assert len(out.response_mask) == len(out.response_logprobs) == n
+    assert out.num_turns == 1 + 2 * len(turns)
+    chat = ChatTokens(worker.tokenizer, model_formats(model_dir))
+    fmt = chat.format(ENV)
+    for t in turns:  # generated tokens are mask 1, env tokens mask 0, nothing else in between
+        gen = out.response_ids[t["start"]:t["end"]]
+        assert out.response_mask[t["start"]:t["end"]] == [1] * len(gen)
+        assert worker.tokenizer.decode(gen, skip_special_tokens=True) == t["action"]
+        assert out.response_mask[t["end"]:t["obs_end"]] == [0] * (t["obs_end"] - t["end"])
+        if t["obs_end"] > t["end"]:
+            assert out.response_ids[t["end"]:t["obs_end"]] == chat.obs_ids(t["observation"], fmt, gen, obs_role(t["info"]))
+    assert turns[-1]["obs_end"] == n and sum(out.response_mask) == sum(t["end"] - t["start"] for t in turns)
+    # the env outcome is the env's own: replaying the actions on a fresh env gives it back
+    env = gym.make(ENV)
+    obs, _ = env.reset(seed=3, options={"task": TASK})
+    for t in turns:
+        obs, reward, term, trunc, _ = env.step(t["action"])
+        assert obs == t["observation"]
+    assert term or trunc
+    assert out.reward_score == reward == r["reward"]
+    assert len(r["checkpoints"]) == len(turns) - 1  # one per boundary strictly inside the episode
+
+
+def test_restore_request_continues_from_the_exact_prefix(verl_config, server, worker):
+    loop = _loop(verl_config, server, worker)
+    first = _run(loop, va.trace_request(ENV, TASK, env_seed=5))
+    r = first.extra_fields["trace_gym_result"]
+    cut = r["turns"][0]["obs_end"]
+    req = {"checkpoint": r["checkpoints"][0], "prompt_ids": first.prompt_ids, "turns": 1,
+           "response_ids": first.response_ids[:cut], "response_logprobs": first.response_logprobs[:cut]}  # fmt: skip
+    out = _run(loop, va.trace_request(ENV, TASK, env_seed=77, anchor=1, child=1, restore=req))
+    res = out.extra_fields["trace_gym_result"]
+    assert res["error"] is None and res["prefix_turns"] == 1
+    assert out.prompt_ids == first.prompt_ids
+    assert out.response_ids[:cut] == first.response_ids[:cut]  # byte for byte
+    assert out.response_mask[:cut] == [0] * cut  # the prefix is trained in its own rollout
+    assert res["turns"][0]["start"] == cut and res["turns"][0]["observation"].startswith("[turn 2/")
+    assert out.num_turns == 1 + 2 * (1 + len(res["turns"]))
+    # the same continuation on an env restored by hand agrees with the loop's
+    env = gym.make(ENV)
+    trace_gym.restore(env, pickle.loads(r["checkpoints"][0]))
+    env.unwrapped.np_random = np.random.Generator(np.random.PCG64(77))
+    for t in res["turns"]:
+        obs, reward, *_ = env.step(t["action"])
+        assert obs == t["observation"]
+    assert out.reward_score == reward
+
+
+def test_missing_trace_gym_field_is_a_clear_error(verl_config, server, worker):
+    loop = _loop(verl_config, server, worker)
+    with pytest.raises(ConfigError, match="trace_gym"):
+        asyncio.run(loop.run(_params(), raw_prompt=[]))
+
+
+def test_unsupported_sampling_params_are_refused(server):
+    with pytest.raises(ConfigError, match="top-k"):
+        asyncio.run(server.generate("r", prompt_ids=[1, 2], sampling_params={"top_k": 5}))
+    with pytest.raises(ConfigError, match="beam"):
+        asyncio.run(server.generate("r", prompt_ids=[1, 2], sampling_params={"beam": 2}))
+
+
+def _root_batch(n: int) -> DataProto:
+    reqs = [va.trace_request(ENV, TASK, env_seed=i, child=i, episode=i) for i in range(n)]
+    return DataProto.from_dict(non_tensors={
+        "trace_gym": va._objects(reqs), "uid": va._objects([TASK] * n),
+        "raw_prompt": va._objects([[{"role": "user", "content": "x"}]] * n),
+        "agent_name": va._objects([va.AGENT_NAME] * n),
+    })  # fmt: skip
+
+
+def test_verl_worker_batch_feeds_verl_grpo(verl_config, worker):
+    out = asyncio.run(worker.generate_sequences(_root_batch(3)))
+    b = out.batch
+    P, R = verl_config.actor_rollout_ref.rollout.prompt_length, verl_config.actor_rollout_ref.rollout.response_length
+    assert b["prompts"].shape == (3, P) and b["responses"].shape == (3, R) and b["input_ids"].shape == (3, P + R)
+    results = out.non_tensor_batch["trace_gym_result"]
+    for i, r in enumerate(results):
+        n = int(b["attention_mask"][i, P:].sum())
+        assert float(b["rm_scores"][i, n - 1]) == r["reward"] and float(b["rm_scores"][i].sum()) == r["reward"]
+        assert int(b["response_mask"][i].sum()) == sum(t["end"] - t["start"] for t in r["turns"])
+        assert out.non_tensor_batch["__num_turns__"][i] == 1 + 2 * len(r["turns"])
+    adv, _ = compute_grpo_outcome_advantage(b["rm_scores"], b["response_mask"], out.non_tensor_batch["uid"])
+    assert (adv[b["response_mask"] == 0] == 0).all()
+    rewards = np.array([r["reward"] for r in results])
+    if rewards.std() > 0:  # a mixed group: the best rollout gets a positive advantage
+        best = int(rewards.argmax())
+        assert float(adv[best][b["response_mask"][best] == 1][0]) > 0
+
+
+def test_trace_runner_branches_from_checkpoints_through_verl(worker):
+    runner = va.VerlTraceRunner(worker.generate_sequences, ENV, ALLOCATORS["trace"](m_max=4), None,
+                                RunnerConfig(root_budget=4, replays_per_root=1.0, m_max=4, seed=1))  # fmt: skip
+    tasks = gym.make(ENV).unwrapped.task_ids[:2]
+    trees, report = runner.run_step(0, tasks)
+    batch = runner.last_batch
+    roots = sum(len(t.root.children) for t in trees)
+    replays = [n for t in trees for n in t.nodes if n.origin == "replay" and t.nodes[n.parent].origin != "replay"]
+    assert roots == report.roots == 4 and replays and len(batch) == roots + len(replays)
+    results = batch.non_tensor_batch["trace_gym_result"]
+    P = batch.batch["prompts"].shape[1]
+    for t in trees:
+        assert t.prompt_token_ids and all(n.info.get("verl_checkpoint") is None for n in t.nodes)
+        for leaf in t.leaves():
+            assert leaf.reward is not None and leaf.failure is None
+        t.to_dict()  # still serialisable
+    # every replay's verl row starts with exactly its prefix's tokens, masked out
+    replay_rows = [i for i, r in enumerate(results) if r["prefix_turns"] > 0]
+    assert len(replay_rows) == len(replays)
+    for i in replay_rows:
+        r = results[i]
+        tree = next(t for t in trees if t.prompt_id == r["task"])
+        cut = r["turns"][0]["start"] if r["turns"] else int(batch.batch["attention_mask"][i, P:].sum())
+        prefix = batch.batch["responses"][i, :cut].tolist()
+        assert batch.batch["response_mask"][i, :cut].sum() == 0
+        assert any(va._prefix_tokens(tree, n.parent)[0] == prefix for n in tree.nodes
+                   if n.origin == "replay" and tree.nodes[n.parent].origin != "replay")  # fmt: skip
+    assert set(batch.non_tensor_batch["uid"]) == {f"0:{t}" for t in (t.prompt_id for t in trees)}
+
+
+@pytest.mark.slow
+def test_verl_llm_server_client_on_ray(verl_config, model_dir):
+    """verl's LLMServerClient and load balancer (Ray actors) in front of HFTokenServer."""
+    import ray
+    from trace_gym.agents.verl_server import ray_server_client
+
+    started = not ray.is_initialized()
+    if started:
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        client, _ = ray_server_client(verl_config, model_dir)
+        w = AgentLoopWorker(verl_config, client)
+        out = asyncio.run(w.generate_sequences(_root_batch(2)))
+        results = out.non_tensor_batch["trace_gym_result"]
+        assert all(r["error"] is None and r["turns"] for r in results)
+        assert out.batch["rm_scores"].sum(-1).tolist() == [r["reward"] for r in results]
+        assert list(out.non_tensor_batch["min_global_steps"]) == [None, None]  # set by verl's client
+    finally:
+        if started:
+            ray.shutdown()
