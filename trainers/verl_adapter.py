@@ -177,8 +177,9 @@ class TraceEnvAgentLoop(AgentLoopBase):
         if room <= 0 or (self.max_assistant_turns and len(ep.turns) + ep.prefix_turns >= self.max_assistant_turns):
             ep.truncated, ep.overflow, ep.done = True, room <= 0, True
             return
+        cap = min(int(sampling_params.get("max_tokens") or fmt.max_new_tokens), fmt.max_new_tokens)
         params = {**sampling_params, "stop": list(fmt.stop), "include_stop_str_in_output": True,
-                  "max_tokens": min(fmt.max_new_tokens, room), "seed": self._seed(ep)}  # fmt: skip
+                  "max_tokens": min(cap, room), "seed": self._seed(ep)}  # fmt: skip
         out = await self.server_manager.generate(uuid4().hex, prompt_ids=ep.prompt_ids + ep.response_ids,
                                                  sampling_params=params)  # fmt: skip
         ids, seed = list(out.token_ids), params["seed"]
@@ -190,7 +191,7 @@ class TraceEnvAgentLoop(AgentLoopBase):
         record = {"action": text, "observation": "", "reward": 0.0, "start": start, "end": len(ep.response_ids),
                   "obs_end": len(ep.response_ids), "seed": seed, "info": {}, "logprobs": out.log_probs is not None}
         ep.turns.append(record)
-        if len(ids) >= room and room < fmt.max_new_tokens:  # the window, not the turn cap, ended it
+        if len(ids) >= room and room < cap:  # the response budget, not the turn cap, ended it
             record["info"]["overflow"] = True
             ep.truncated, ep.overflow, ep.done = True, True, True
             return

@@ -90,8 +90,9 @@ def _params():
     return {"temperature": 1.0, "top_p": 1.0, "top_k": -1, "repetition_penalty": 1.0, "logprobs": True}
 
 
-def _run(loop, request):
-    return asyncio.run(loop.run(_params(), raw_prompt=[{"role": "user", "content": "x"}], trace_gym=request))
+def _run(loop, request, **params):
+    sampling = {**_params(), **params}
+    return asyncio.run(loop.run(sampling, raw_prompt=[{"role": "user", "content": "x"}], trace_gym=request))
 
 
 def test_registered_with_verl():
@@ -245,3 +246,43 @@ def test_verl_llm_server_client_on_ray(verl_config, model_dir):
     finally:
         if started:
             ray.shutdown()
+
+
+def test_agent_loop_config_yaml_registers_the_loop_in_a_fresh_worker(verl_config, server):
+    """configs/verl_agent_loop.yaml through verl's own agent_loop_config_path loading."""
+    from omegaconf import OmegaConf
+
+    path = os.path.join(os.path.dirname(__file__), "..", "..", "configs", "verl_agent_loop.yaml")
+    cfg = OmegaConf.merge(verl_config, {"actor_rollout_ref": {"rollout": {"agent": {
+        "agent_loop_config_path": os.path.abspath(path)}}}})  # fmt: skip
+    saved = _agent_loop_registry.pop(va.AGENT_NAME)
+    try:
+        w = AgentLoopWorker(cfg, server)
+        entry = _agent_loop_registry[va.AGENT_NAME]
+        assert entry["_target_"] == saved["_target_"] and entry["name"] == va.AGENT_NAME
+        out = asyncio.run(w.generate_sequences(_root_batch(1)))
+        assert out.non_tensor_batch["trace_gym_result"][0]["turns"]
+    finally:
+        _agent_loop_registry[va.AGENT_NAME] = saved
+
+
+def test_math_env_checkpoints_restore_in_the_loop(verl_config, server, worker):
+    """trace/Math-v0 (persistent interpreter state) through the loop: restore continues it."""
+    loop = _loop(verl_config, server, worker)
+    task = gym.make("trace/Math-v0").unwrapped.task_ids[0]
+    first = _run(loop, va.trace_request("trace/Math-v0", task, env_seed=0), max_tokens=40)  # a per-turn cap
+    r = first.extra_fields["trace_gym_result"]
+    assert r["error"] is None and r["turns"] and all(t["end"] - t["start"] <= 40 for t in r["turns"])
+    if not r["checkpoints"]:
+        pytest.fail(f"the episode ended after {len(r['turns'])} turn(s): {r}")
+    cut = r["turns"][0]["obs_end"]
+    req = {"checkpoint": r["checkpoints"][0], "prompt_ids": first.prompt_ids, "turns": 1,
+           "response_ids": first.response_ids[:cut], "response_logprobs": first.response_logprobs[:cut]}  # fmt: skip
+    out = _run(loop, va.trace_request("trace/Math-v0", task, env_seed=9, anchor=1, restore=req), max_tokens=40)
+    res = out.extra_fields["trace_gym_result"]
+    assert res["error"] is None and res["prefix_turns"] == 1 and out.response_ids[:cut] == first.response_ids[:cut]
+    env = gym.make("trace/Math-v0")
+    trace_gym.restore(env, pickle.loads(r["checkpoints"][0]))
+    env.unwrapped.np_random = np.random.Generator(np.random.PCG64(9))
+    for t in res["turns"]:
+        assert env.step(t["action"])[0] == t["observation"]
