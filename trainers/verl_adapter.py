@@ -24,6 +24,7 @@ Two halves (the contract, field by field, is in docs/verl.md):
 from __future__ import annotations
 
 import asyncio
+import atexit
 import inspect
 import pickle
 from collections.abc import Callable, Sequence
@@ -54,7 +55,7 @@ try:
 except ImportError as e:  # pragma: no cover - exercised only without the verl extra
     raise DependencyNotInstalled("verl (the verl adapter)", EXTRAS["verl"]) from e
 
-__all__ = ["AGENT_NAME", "TraceEnvAgentLoop", "VerlTraceRunner", "trace_request"]
+__all__ = ["AGENT_NAME", "TraceEnvAgentLoop", "VerlTraceRunner", "close_pools", "trace_request"]
 
 #: the agent loop's name in verl's registry (a sample's ``agent_name``)
 AGENT_NAME = "trace_env"
@@ -76,6 +77,14 @@ def trace_request(env_id: str, task: str, *, env_kwargs: dict | None = None, env
 
 # ---------------------------------------------------------------------- the agent loop
 _POOLS: dict[tuple[str, str], EnvPool] = {}
+
+
+@atexit.register
+def close_pools() -> None:
+    """Close the agent loop's pooled envs (sandboxes, retrievers); also run at exit."""
+    for pool in _POOLS.values():
+        pool.close()
+    _POOLS.clear()
 
 
 def _pool(spec: dict[str, Any]) -> EnvPool:
@@ -125,6 +134,7 @@ class TraceEnvAgentLoop(AgentLoopBase):
         kwargs.pop("tools", None)  # verl passes its tool list to every loop; envs bring their own
         super().__init__(*args, **kwargs)
         self.response_length = int(self.rollout_config.response_length)
+        self.prompt_length = int(self.rollout_config.prompt_length)
         model_path = str(self.config.actor_rollout_ref.model.path)
         self.chat = ChatTokens(self.tokenizer, model_formats(model_path))
         self.max_assistant_turns = self.rollout_config.multi_turn.get("max_assistant_turns")
@@ -136,6 +146,10 @@ class TraceEnvAgentLoop(AgentLoopBase):
         ep = _Episode(spec)
         try:
             await self._start(env, ep)
+            if len(ep.prompt_ids) > self.prompt_length and ep.error is None:  # never truncated: a failed branch
+                ep.error = {"where": "context", "kind": "overflow", "message": f"prompt of {len(ep.prompt_ids)} "
+                            f"tokens exceeds actor_rollout_ref.rollout.prompt_length={self.prompt_length}"}
+                ep.done = True
             while not ep.done:
                 await self._turn(env, ep, sampling_params)
         finally:
@@ -231,7 +245,7 @@ class TraceEnvAgentLoop(AgentLoopBase):
                   "terminated": ep.terminated, "truncated": ep.truncated or bool(ep.error),
                   "overflow": ep.overflow, "error": ep.error}  # fmt: skip
         return AgentLoopOutput(
-            prompt_ids=ep.prompt_ids,
+            prompt_ids=self._cap_text_prompt_length(ep.prompt_ids),  # verl pads prompts to prompt_length
             response_ids=ep.response_ids[:n],
             response_mask=mask[:n],
             response_logprobs=ep.response_logprobs[:n],
@@ -399,7 +413,7 @@ def _take_result(ctx: StepContext, ep: Episode, r: dict[str, Any], row: tuple) -
     if r["error"]:
         e = r["error"]
         ep.error = Failure(e["where"], e["kind"], e["message"])
-        ctx.report.env_errors += 1
+        ctx.report.env_errors += int(e["kind"] == "env")
 
 
 def _insert(ctx: StepContext, w: PromptWork, episodes: list[Episode]) -> None:

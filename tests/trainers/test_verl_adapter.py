@@ -161,6 +161,16 @@ def test_missing_trace_gym_field_is_a_clear_error(verl_config, server, worker):
         asyncio.run(loop.run(_params(), raw_prompt=[]))
 
 
+def test_prompt_over_prompt_length_fails_the_branch_not_the_batch(verl_config, server, worker):
+    from omegaconf import OmegaConf
+
+    small = OmegaConf.merge(verl_config, {"actor_rollout_ref": {"rollout": {"prompt_length": 16}}})
+    out = _run(_loop(small, server, worker), va.trace_request(ENV, TASK))
+    r = out.extra_fields["trace_gym_result"]
+    assert r["error"]["kind"] == "overflow" and "prompt_length=16" in r["error"]["message"]
+    assert r["reward"] is None and not r["turns"] and len(out.prompt_ids) == 16 and sum(out.response_mask) == 0
+
+
 def test_unsupported_sampling_params_are_refused(server):
     with pytest.raises(ConfigError, match="top-k"):
         asyncio.run(server.generate("r", prompt_ids=[1, 2], sampling_params={"top_k": 5}))
