@@ -296,3 +296,19 @@ def test_math_env_checkpoints_restore_in_the_loop(verl_config, server, worker):
     env.unwrapped.np_random = np.random.Generator(np.random.PCG64(9))
     for t in res["turns"]:
         assert env.step(t["action"])[0] == t["observation"]
+
+
+def test_generate_ids_is_the_policy_sampler(server):
+    """HFTokenServer's sampler (HFPolicy.generate_ids) gives what HFPolicy.generate gives."""
+    from trace_gym.policy import Conversation
+
+    policy = server.policy
+    prompt, info = gym.make(ENV).reset(seed=0, options={"task": TASK})
+    conv = Conversation(ENV, TASK, prompt, (), seed=1234, reset_info=info)
+    want = policy.generate([conv])[0]
+    fmt = policy.chat.format(ENV)
+    ids, lps, reason = policy.generate_ids([policy.context(conv).ids], [1234], max_new_tokens=fmt.max_new_tokens,
+                                           stop=fmt.stop)[0]  # fmt: skip
+    assert ids == want.token_ids and reason == want.finish_reason
+    assert np.allclose(lps, want.logprobs, atol=1e-6)
+    assert policy.generate_ids([[1] * policy.max_context], [0], max_new_tokens=4)[0] == ([], [], "overflow")
