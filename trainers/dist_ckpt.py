@@ -144,21 +144,10 @@ def load_sharded(tr: Any) -> bool:
 
 
 def _apply_state(tr: Any, path: Path, state: dict[str, Any]) -> None:
-    tr.step = int(state["step"])
+    tr._restore_state(path, state)  # every rank (the predictor and histories matter on rank 0 only)
     if tr.dist.is_main:
-        if state["predictor"] is not None:
-            if tr.runner.predictor is None:
-                raise ConfigError(f"checkpoint {path} holds a predictor's state but this run has no predictor")
-            tr.runner.predictor.load_state_dict(state["predictor"])
-        tr.runner.history.clear()
-        tr.runner.history.update(state["history"])
         tr._truncate_metrics()
         _restore_row(tr, state.get("metrics"))
-    torch.set_rng_state(state["rng"]["torch"])
-    np.random.set_state(state["rng"]["numpy"])
-    random.setstate(state["rng"]["python"])
-    if "cuda" in state["rng"] and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["rng"]["cuda"])
 
 
 def _restore_row(tr: Any, row: dict[str, Any] | None) -> None:

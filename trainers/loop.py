@@ -592,6 +592,13 @@ class Trainer:
             for n, w in blob["weights"].items():
                 params[n].copy_(w)
         self.optimizer.load_state_dict(blob["optimizer"])
+        self._restore_state(path, state)
+        self._truncate_metrics()
+        self._sync()
+        log.info("resumed from %s (next step %d)", path, self.step)
+
+    def _restore_state(self, path: Path, state: dict[str, Any]) -> None:
+        """The non-tensor part of a checkpoint: step, predictor, visit histories, RNG states."""
         self.step = int(state["step"])
         if state["predictor"] is not None:
             if self.runner.predictor is None:
@@ -604,9 +611,6 @@ class Trainer:
         random.setstate(state["rng"]["python"])
         if "cuda" in state["rng"] and torch.cuda.is_available():
             torch.cuda.set_rng_state_all(state["rng"]["cuda"])
-        self._truncate_metrics()
-        self._sync()
-        log.info("resumed from %s (next step %d)", path, self.step)
 
     def _truncate_metrics(self) -> None:
         """Drop metric rows of steps after the checkpoint (they will be rerun) and torn lines."""
