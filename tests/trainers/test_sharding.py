@@ -232,3 +232,30 @@ def test_two_ranks_checkpointing_unsharded_accumulation_and_bf16(tmp_path):
     assert d["same_samples"] and d["loss_diff"] < 1e-2, d
     assert d["grad_norm_diff"] < 0.05 * ref[0]["history"][0]["grad_norm"], d
     assert d["max_abs_grad_diff"] > TOLERANCE["max_abs_grad_diff"]  # bf16 really was used
+
+
+class _OwnWeights:
+    """A generator with its own model that takes pushed weights (``sync_weights(model)``)."""
+
+    def __init__(self, inner):
+        self.inner, self.version, self.pushes = inner, 0, 0
+
+    def sync_weights(self, model) -> None:
+        self.pushes += 1
+        self.inner.model.load_state_dict(dict(model.state_dict()))
+
+    def generate(self, conversations):
+        return self.inner.generate(conversations)
+
+
+def test_one_rank_pushes_full_weights_to_a_generator_with_its_own(tmp_path, policy_factory, guess_env_factory,
+                                                                   one_rank):
+    policy_factory().model.save_pretrained(tmp_path / "model")  # the trainer's copy is loaded from here
+    gen = _OwnWeights(policy_factory())
+    cfg = tiny_config(tmp_path, steps=1, policy={"path": str(tmp_path / "model")}, algo={"kl_coef": 0.0})
+    tr = ShardedTrainer(cfg, policy=gen, env_factory=guess_env_factory)
+    assert tr.generator is None and tr.model is not gen.inner.model
+    hist = tr.run()
+    assert hist[0]["samples"] > 0 and gen.pushes == 2 and gen.version == 2  # build_parts, then after the step
+    full = _full_state(tr.model, True, None)
+    assert _max_diff(full, dict(gen.inner.model.state_dict())) == 0.0
