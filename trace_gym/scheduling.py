@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from concurrent.futures import FIRST_COMPLETED, Future
+from concurrent.futures import wait as wait_futures
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,13 +30,15 @@ import numpy as np
 
 from trace_gym.budget import Budget, Event, StepReport, Stopwatch
 from trace_gym.core import Checkpoint, unwrap
-from trace_gym.errors import PolicyError
+from trace_gym.errors import ConfigError, EngineUnavailable, PolicyError
+from trace_gym.mixture import member_task_id
 from trace_gym.policy import Conversation, Policy, PolicyOutput
 from trace_gym.predict.base import State
 from trace_gym.seeding import branch_seed
 from trace_gym.tree import Failure, RolloutTree, Turn
 
 __all__ = [
+    "EXPANSIONS",
     "EnvPool",
     "Episode",
     "PromptWork",
@@ -45,6 +49,10 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+
+#: when a prompt's prefixes are expanded: the moment its own roots are done (the paper's
+#: schedule), or only after every root of the step (a global barrier; same allocations)
+EXPANSIONS = ("per-prompt", "global")
 
 
 @dataclass
@@ -90,7 +98,7 @@ class PromptWork:
     replay_budget: int = 0
     #: node id -> (checkpoint, env instance that took it)
     checkpoints: dict[int, tuple[Checkpoint, gym.Env]] = field(default_factory=dict)
-    phase: str = "roots"  # roots -> replays -> closed
+    phase: str = "roots"  # roots -> (held, global barrier) -> replays -> closed
     started: bool = False
 
 
@@ -184,6 +192,15 @@ class StepContext:
     policy_retries: int = 0
     #: recorded on every node generated this step
     policy_version: int | str | None = None
+    #: "per-prompt" (expand a prompt when its roots are done) or "global" (after all roots)
+    expansion: str = "per-prompt"
+    #: env ids of the candidates -> each one's root-rollout cost relative to their mean
+    #: (None: every rollout costs 1; a multi-env mixture measures them, `trace_gym.mixture`)
+    root_costs: Callable[[list[str]], list[float]] | None = None
+
+    def __post_init__(self) -> None:
+        if self.expansion not in EXPANSIONS:
+            raise ConfigError(f"expansion must be one of {EXPANSIONS}, got {self.expansion!r}")
 
 
 class StepScheduler:
@@ -202,20 +219,37 @@ class StepScheduler:
         self._true_value_known = ctx.pool.has_true_value
 
     def run(self, works: list[PromptWork]) -> None:
-        """Run rounds until every tree is closed."""
+        """Run until every tree is closed: batched rounds, or streaming with an async policy.
+
+        A policy with ``submit(conversations) -> futures`` (an engine pool) is streamed:
+        each episode's next turn is requested the moment its previous one came back, so
+        no episode waits for a round; any other policy runs in synchronous rounds.
+        """
+        self._roots_open = len(works)
+        self._held: list[PromptWork] = []
+        if callable(getattr(self.policy, "submit", None)):
+            self._run_streaming(works)
+        else:
+            self._run_rounds(works)
+
+    def _admit(self, pending: list[Episode], live: list[Episode]) -> None:
+        """Start queued episodes (replays first, fixed order) up to ``max_batch`` live ones."""
         cap = self.ctx.max_batch
+        pending.sort(key=lambda e: e.sort_key)
+        room = len(pending) if cap is None else max(0, cap - len(live))
+        admitted, pending[:room] = pending[:room], []
+        for ep in admitted:
+            self._start(ep)
+            if ep.done:  # reset/restore failed: the branch ends before its first turn
+                self._after_episode(ep, pending)
+            else:
+                live.append(ep)
+
+    def _run_rounds(self, works: list[PromptWork]) -> None:
         pending: list[Episode] = [e for w in works for e in w.roots]
         live: list[Episode] = []
         while pending or live:
-            pending.sort(key=lambda e: e.sort_key)
-            room = len(pending) if cap is None else max(0, cap - len(live))
-            admitted, pending[:room] = pending[:room], []
-            for ep in admitted:
-                self._start(ep)
-                if ep.done:  # reset/restore failed: the branch ends before its first turn
-                    self._after_episode(ep, pending)
-                else:
-                    live.append(ep)
+            self._admit(pending, live)
             if not live:
                 continue
             live.sort(key=lambda e: e.sort_key)
@@ -224,6 +258,60 @@ class StepScheduler:
             live = [e for e in live if not e.done]
             for ep in finished:
                 self._after_episode(ep, pending)
+
+    def _run_streaming(self, works: list[PromptWork]) -> None:
+        pending: list[Episode] = [e for w in works for e in w.roots]
+        live: list[Episode] = []
+        inflight: dict[Future, tuple[Episode, Conversation, int]] = {}
+        while pending or live:
+            self._admit(pending, live)
+            busy = {id(e) for e, _, _ in inflight.values()}
+            idle = sorted((e for e in live if id(e) not in busy), key=lambda e: e.sort_key)
+            if idle:
+                self._submit([(ep, self._conversation(ep), 0) for ep in idle], inflight)
+            if not inflight:
+                live = [e for e in live if not e.done]
+                continue
+            with self._sw("policy"):
+                ready, _ = wait_futures(list(inflight), return_when=FIRST_COMPLETED)
+            answered = sorted((inflight.pop(f) + (f,) for f in ready), key=lambda x: x[0].sort_key)
+            for ep, conv, attempt, fut in answered:
+                self._settle(ep, conv, attempt, fut, inflight)
+            for ep in [e for e in live if e.done]:
+                self._after_episode(ep, pending)
+            live = [e for e in live if not e.done]
+
+    def _submit(self, batch: list[tuple[Episode, Conversation, int]], inflight: dict) -> None:
+        """Send one request per conversation (the policy may route them to several engines)."""
+        rep = self._report
+        rep.policy_calls += 1
+        rep.largest_batch = max(rep.largest_batch, len(batch))
+        self._round += 1
+        with self._sw("policy"):
+            futures = list(self.policy.submit([conv for _, conv, _ in batch]))  # type: ignore[attr-defined]
+        if len(futures) != len(batch):
+            raise PolicyError(f"submit returned {len(futures)} futures for {len(batch)} conversations")
+        for fut, item in zip(futures, batch, strict=True):
+            inflight[fut] = item
+
+    def _settle(self, ep: Episode, conv: Conversation, attempt: int, fut: Future, inflight: dict) -> None:
+        """Take the turn a request answered, re-send it, or fail the branch."""
+        err = fut.exception()
+        if isinstance(err, EngineUnavailable):
+            raise err  # infrastructure, not data: the caller re-runs the prompt elsewhere
+        if err is None:
+            out = fut.result()
+            self._report.measured_turns += 1
+            self._take_turn(ep, out, conv)
+            return
+        failure = _exc("policy.generate", "policy", err)
+        log.warning("%s (attempt %d of %d)", failure, attempt + 1, self.ctx.policy_retries + 1)
+        if attempt < self.ctx.policy_retries:
+            self._report.retried_turns += 1
+            self._submit([(ep, conv, attempt + 1)], inflight)
+        else:
+            self._report.measured_turns += 1
+            self._fail(ep, failure, policy_error=True, seed=conv.seed)
 
     def _start(self, ep: Episode) -> None:
         """Give `ep` an env: reset for a root, restore the prefix checkpoint for a replay."""
@@ -260,7 +348,7 @@ class StepScheduler:
         ep.seeds.append(seed)
         return Conversation(
             env_id=tree.env_id,
-            task_id=tree.prompt_id,
+            task_id=member_task_id(tree.prompt_id, ep.reset_info),
             prompt=ep.prompt,
             turns=ep.prefix_turns + tuple(ep.turns),
             seed=seed,
@@ -401,18 +489,31 @@ class StepScheduler:
         if w.phase == "roots" and all(e.done for e in w.roots):
             self._event("roots_done", w)
             self._insert(w, w.roots)
-            w.replays = list(self.on_roots_done(w))
-            # checkpoints no replay will restore are released now, the rest when the tree closes
-            used = {e.anchor for e in w.replays}
-            for n in [n for n in w.checkpoints if n not in used]:
-                self._release(w, n)
-            if w.replays:
-                w.phase = "replays"
-                self._event("expand", w)
-                pending.extend(w.replays)
-            else:
-                self._close(w)
+            self._roots_open -= 1
+            if self.ctx.expansion == "per-prompt":
+                self._expand(w, pending)
+                return
+            w.phase = "held"  # global barrier: expand once every root of the step is done
+            self._held.append(w)
+            if self._roots_open == 0:
+                for h in sorted(self._held, key=lambda h: h.order):
+                    self._expand(h, pending)
+                self._held = []
         elif w.phase == "replays" and all(e.done for e in w.replays):
+            self._close(w)
+
+    def _expand(self, w: PromptWork, pending: list[Episode]) -> None:
+        """Allocate `w`'s replays (the ``on_roots_done`` hook) and queue them, or close it."""
+        w.replays = list(self.on_roots_done(w))
+        # checkpoints no replay will restore are released now, the rest when the tree closes
+        used = {e.anchor for e in w.replays}
+        for n in [n for n in w.checkpoints if n not in used]:
+            self._release(w, n)
+        if w.replays:
+            w.phase = "replays"
+            self._event("expand", w)
+            pending.extend(w.replays)
+        else:
             self._close(w)
 
     def _insert(self, w: PromptWork, episodes: list[Episode]) -> None:

@@ -68,6 +68,9 @@ def main(argv: list[str] | None = None) -> int:
         last = history[-1]
         keys = ("step", "reward", "effective_ratio", "mixed_groups", "contrastive_pairs", "loss", "kl", "entropy")
         print(json.dumps({k: last.get(k) for k in keys}))
+        per_env = {k: v for k, v in last.items() if k.startswith("env/")}
+        if per_env:  # a mixture: the per-env figures of the last step
+            print(json.dumps(per_env))
     print(f"metrics: {cfg.out_dir}/metrics.jsonl  checkpoints: {cfg.out_dir}/checkpoints")
     return 0
 

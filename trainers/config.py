@@ -3,7 +3,8 @@
 Every name (optimiser, allocator, predictor, aggregation, policy kind) is checked in
 ``__post_init__``, so a typo fails before a model is loaded or a rollout is run. A
 config file mirrors the dataclasses: top-level fields plus the tables ``[policy]``,
-``[rollout]``, ``[algo]``, ``[optim]`` and ``[dist]`` (sharded training); an unknown key is an error.
+``[rollout]``, ``[algo]``, ``[optim]``, ``[logging]`` and ``[dist]`` (sharded training); an unknown key
+is an error.
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ from trace_gym.errors import ConfigError, unknown
 from trace_gym.optional import require
 from trace_gym.registration import check_env_id
 
-__all__ = ["AlgoConfig", "DistConfig", "OptimConfig", "PolicyConfig", "RolloutConfig", "TrainConfig", "load_config"]
+__all__ = ["AlgoConfig", "DistConfig", "LoggingConfig", "OptimConfig", "PolicyConfig", "RolloutConfig", "TrainConfig",
+           "load_config"]
 
 POLICY_KINDS = ("tiny", "hf", "vllm", "custom")
 DIST_STRATEGIES = ("auto", "fsdp", "none")
@@ -147,6 +149,12 @@ class RolloutConfig:
     ray_address: str | None = None
     #: Ray rollout workers (with `ray_address`; see docs/distributed.md)
     ray_workers: int = 2
+    #: generation-engine actors the workers call (with `ray_address`; 0: the policy on
+    #: each worker). The trainer's weights reach them by version after every step.
+    ray_engines: int = 0
+    #: root-rollout cost for the root solver: "flat", or per env "turns" / "tokens" (a
+    #: multi-env mixture, `env_id = "trace/Mixture-v0"`; see docs/trainers.md)
+    rollout_cost: str = "flat"
 
     def __post_init__(self) -> None:
         from trace_gym.alloc import ALLOCATORS
@@ -168,6 +176,10 @@ class RolloutConfig:
                 f"rollout.m_max and rollout.group_size must be >= 2 (a prompt's rollouts are "
                 f"compared with each other), got m_max={self.m_max}, group_size={self.group_size}"
             )
+        if self.rollout_cost not in ("flat", "turns", "tokens"):
+            raise ConfigError(f"rollout.rollout_cost must be flat, turns or tokens, got {self.rollout_cost!r}")
+        if self.ray_engines < 0:
+            raise ConfigError(f"rollout.ray_engines must be >= 0, got {self.ray_engines}")
         if self.replay_cost <= 0 or self.ray_workers < 1:
             raise ConfigError("rollout.replay_cost must be > 0 and rollout.ray_workers >= 1")
         if (self.max_batch is not None and self.max_batch < 1) or (self.train_tasks is not None and self.train_tasks < 1):
@@ -279,6 +291,40 @@ class DistConfig:
 
 
 @dataclass
+class LoggingConfig:
+    """Metric sinks beside metrics.jsonl (`trace_gym.trainers.loggers`)."""
+
+    #: any of "tensorboard", "wandb", "mlflow" (the top-level ``tensorboard = false`` drops TensorBoard)
+    backends: list[str] = field(default_factory=lambda: ["tensorboard"])
+    #: run name in W&B and MLflow ("" = the name of out_dir)
+    run_name: str = ""
+    wandb_project: str = "trace-gym"
+    #: "offline" (default: files under out_dir/wandb, `wandb sync` uploads them), "online" or "disabled"
+    wandb_mode: str = "offline"
+    #: extra `wandb.init` keyword arguments (entity, tags, group, ...)
+    wandb_kwargs: dict[str, Any] = field(default_factory=dict)
+    #: MLflow tracking URI ("" = sqlite:///<out_dir>/mlflow.db)
+    mlflow_tracking_uri: str = ""
+    mlflow_experiment: str = "trace-gym"
+
+    def __post_init__(self) -> None:
+        from trace_gym.trainers.loggers import LOGGERS, WANDB_MODES
+
+        _check_types(self, "logging")
+        for name in self.backends:
+            if name not in LOGGERS:
+                raise unknown("logging backend", name, LOGGERS)
+        if len(set(self.backends)) != len(self.backends):
+            raise ConfigError(f"logging.backends lists a backend twice: {self.backends}")
+        if self.wandb_mode not in WANDB_MODES:
+            raise ConfigError(f"logging.wandb_mode must be one of {WANDB_MODES}, got {self.wandb_mode!r}")
+
+    def active(self, tensorboard: bool = True) -> list[str]:
+        """The backends to open (TensorBoard only when the top-level switch allows it)."""
+        return [b for b in self.backends if b != "tensorboard" or tensorboard]
+
+
+@dataclass
 class TrainConfig:
     """One training run."""
 
@@ -304,6 +350,7 @@ class TrainConfig:
     algo: AlgoConfig = field(default_factory=AlgoConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
     dist: DistConfig = field(default_factory=DistConfig)
+    logging: LoggingConfig = field(default_factory=LoggingConfig)
 
     def __post_init__(self) -> None:
         for name, cls in _SECTIONS.items():
@@ -323,7 +370,7 @@ class TrainConfig:
 
 
 _SECTIONS = {"policy": PolicyConfig, "rollout": RolloutConfig, "algo": AlgoConfig, "optim": OptimConfig,
-             "dist": DistConfig}
+             "logging": LoggingConfig, "dist": DistConfig}
 
 
 def _build(cls: type, d: dict[str, Any], where: str) -> Any:

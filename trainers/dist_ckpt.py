@@ -54,7 +54,8 @@ def _state(tr: Any) -> dict[str, Any]:
     predictor = tr.runner.predictor
     return {"step": tr.step, "rng": rng, "predictor": None if predictor is None else predictor.state_dict(),
             "history": dict(tr.runner.history), "config": tr.config.to_dict(), "world_size": tr.dist.world_size,
-            "metrics": getattr(tr, "last_metrics", None)}
+            "metrics": getattr(tr, "last_metrics", None),
+            "rollout_costs": None if tr.runner.costs is None else dict(tr.runner.costs.mean)}
 
 
 def _files(path: Path) -> list[str]:

@@ -18,7 +18,8 @@ One step:
    updates (LoRA adapters included), so there is nothing to copy; a generator with its
    own weights either exposes ``sync_weights(model)`` or is a vLLM engine whose model
    gets the new weights through ``load_weights`` (a best-effort hook on vLLM internals);
-6. metrics to JSONL + TensorBoard, periodic evaluation, an atomic checkpoint.
+6. metrics to JSONL + the configured loggers (TensorBoard, W&B, MLflow:
+   `trace_gym.trainers.loggers`), periodic evaluation, an atomic checkpoint.
 
 Checkpoints (``out_dir/checkpoints/step_NNNNNN``) hold the trainable weights, the
 optimiser, the predictor's ``state_dict()``, the runner's visit histories, the RNG states
@@ -53,11 +54,13 @@ import numpy as np
 from trace_gym.trainers.advantages import compute_advantages
 from trace_gym.trainers.config import PolicyConfig, TrainConfig
 from trace_gym.trainers.data import Sample, collate, sample_from_unit
+from trace_gym.trainers.loggers import check_backends, make_loggers, scalars
 from trace_gym.trainers.losses import LossOutput, entropy_from_logits, policy_loss, token_logprobs
 from trace_gym.trainers.sync import sync_weights
 
 from trace_gym.core import unwrap
 from trace_gym.errors import ConfigError, TraceGymError
+from trace_gym.mixture import flat_env_metrics, mixture_candidates, per_member
 from trace_gym.optional import require
 from trace_gym.provenance import write_provenance
 from trace_gym.seeding import stable_seed
@@ -68,6 +71,8 @@ torch = require("torch", "train")
 __all__ = ["Trainer", "TrainerParts", "build_parts", "build_policy", "load_trainer_model"]
 
 log = logging.getLogger(__name__)
+
+MIXTURE = "trace/Mixture-v0"
 
 
 def build_policy(cfg: PolicyConfig) -> Any:
@@ -161,7 +166,21 @@ def _task_ids(env_factory: Callable[[], gym.Env], train_tasks: int | None) -> li
     probe = env_factory()
     ids = list(unwrap(probe).task_ids)
     probe.close()
-    return ids if train_tasks is None else ids[:train_tasks]
+    return per_member(ids, train_tasks)  # a mixture: the first train_tasks of each member
+
+
+def _engine_options(ro: Any, policy: Any) -> dict[str, Any]:
+    """Ray engine-pool options: HF weights travel by version through `sync.py`'s engine hooks."""
+    if not ro.ray_engines or ro.ray_address is None:
+        return {}
+    opts: dict[str, Any] = {"num_engines": ro.ray_engines, "engine_batching": "batch", "engine_max_batch": ro.max_batch}
+    if hasattr(getattr(policy, "model", None), "peft_config"):
+        raise ConfigError("rollout.ray_engines does not support LoRA policies (the engines would get merged "
+                          "weights in a LoRA copy); set policy.lora = false or rollout.ray_engines = 0")
+    if getattr(policy, "model", None) is not None:  # an in-process HF policy (vLLM: not from the trainer)
+        opts.update(engine_export="trace_gym.trainers.sync:engine_weights",
+                    engine_apply="trace_gym.trainers.sync:load_engine_weights")  # fmt: skip
+    return opts
 
 
 def build_parts(
@@ -199,9 +218,10 @@ def build_parts(
     if predictor is None and ro.predictor:
         predictor = make_predictor(ro.predictor, **ro.predictor_kwargs)
     rc = RunnerConfig(root_budget=ro.root_budget, replays_per_root=ro.replays_per_root, m_max=ro.m_max,
-                      replay_cost=ro.replay_cost, max_batch=ro.max_batch, seed=cfg.seed)
+                      replay_cost=ro.replay_cost, max_batch=ro.max_batch, seed=cfg.seed,
+                      rollout_cost=ro.rollout_cost)
     runner = make_runner(policy, env_factory, allocator, predictor, rc,
-                         ray_address=ro.ray_address, num_workers=ro.ray_workers)
+                         ray_address=ro.ray_address, num_workers=ro.ray_workers, **_engine_options(ro, policy))
     return TrainerParts(policy, model, ref_model, optimizer, sync_mode, env_factory, task_ids, allocator, runner)
 
 
@@ -287,7 +307,8 @@ class Trainer:
         self.env_factory, self.task_ids = parts.env_factory, parts.task_ids
         self.allocator, self.runner = parts.allocator, parts.runner
         self.step = 0  # next step to run
-        self._tb = None
+        check_backends(config.logging.active(config.tensorboard))
+        self._loggers: list[Any] | None = None  # opened at the first logged step
         self.history: list[dict[str, Any]] = []
 
     # ------------------------------------------------------------------ data
@@ -295,6 +316,9 @@ class Trainer:
         """The step's candidate prompts: a pure function of (seed, step)."""
         rng = np.random.default_rng(stable_seed("candidates", self.config.seed, step))
         k = min(self.config.rollout.candidates_per_step, len(self.task_ids))
+        weights = self.config.rollout.env_kwargs.get("weights") if self.config.rollout.env_id == MIXTURE else None
+        if weights:  # a mixture's per-env candidate shares
+            return mixture_candidates(self.task_ids, weights, k, rng)
         return [self.task_ids[i] for i in sorted(rng.choice(len(self.task_ids), size=k, replace=False))]
 
     def samples(self, trees: Sequence[RolloutTree]) -> tuple[list[Sample], dict[str, float]]:
@@ -453,6 +477,7 @@ class Trainer:
             "time_train_s": t_train,
             **{f"time_rollout_{k}_s": v for k, v in rep.time_s.items()},
             **{f"predictor_{k}": v for k, v in rep.predictor_update.items()},
+            **flat_env_metrics(trees),  # a mixture: effective ratio, success, tokens per env
         }
         return m
 
@@ -482,8 +507,9 @@ class Trainer:
                 bar.set_postfix(reward=f"{m['reward']:.3f}", eff=f"{m['effective_ratio']:.2f}")
         finally:
             bar.close()
-            if self._tb is not None:
-                self._tb.flush()
+            for logger in self._loggers or []:
+                logger.close()
+            self._loggers = None
         return self.history
 
     # ------------------------------------------------------------------ evaluation
@@ -497,7 +523,7 @@ class Trainer:
 
         cfg = self.config
         k = cfg.eval_samples
-        s = evaluate(self.policy, self.env_factory, self.task_ids[: cfg.eval_tasks], k=k, seed=cfg.seed).summary
+        s = evaluate(self.policy, self.env_factory, per_member(self.task_ids, cfg.eval_tasks), k=k, seed=cfg.seed).summary
         return {"success": s[f"mean@{k}"], "pass": s[f"pass@{k}"], "turns": s["avg_turns"],
                 "tokens": s["avg_tokens"], "errors": s["errors"], "overflows": s["overflows"]}
 
@@ -506,18 +532,11 @@ class Trainer:
         self.history.append(m)
         with open(self.out / "metrics.jsonl", "a") as f:
             f.write(json.dumps(m, default=float) + "\n")
-        if self.config.tensorboard:
-            if self._tb is None:
-                try:
-                    from torch.utils.tensorboard import SummaryWriter
-                except ImportError:  # tensorboard missing: JSONL only
-                    log.warning("tensorboard is not installed; metrics go to metrics.jsonl only")
-                    self.config.tensorboard = False
-                    return
-                self._tb = SummaryWriter(str(self.out / "tb"))
-            for k, v in m.items():
-                if isinstance(v, (int, float)) and k != "step" and np.isfinite(v):
-                    self._tb.add_scalar(k, v, m["step"])
+        if self._loggers is None:  # TensorBoard / W&B / MLflow (trace_gym.trainers.loggers)
+            cfg = self.config
+            self._loggers = make_loggers(cfg.logging.active(cfg.tensorboard), self.out, cfg.logging, cfg.to_dict())
+        for logger in self._loggers:
+            logger.log(scalars(m), m["step"])
 
     # ------------------------------------------------------------------ checkpoints
     @property
@@ -541,7 +560,8 @@ class Trainer:
         predictor = self.runner.predictor
         with open(tmp / "state.pkl", "wb") as f:
             pickle.dump({"step": self.step, "rng": rng, "predictor": None if predictor is None else predictor.state_dict(),
-                         "history": dict(self.runner.history), "config": self.config.to_dict()}, f)
+                         "history": dict(self.runner.history), "config": self.config.to_dict(),
+                         "rollout_costs": None if self.runner.costs is None else dict(self.runner.costs.mean)}, f)
         return publish_checkpoint(tmp, final, CHECKPOINT_FILES, self.config.keep_checkpoints)
 
     def _candidates(self) -> tuple[list[Path], list[str]]:
@@ -606,6 +626,8 @@ class Trainer:
             self.runner.predictor.load_state_dict(state["predictor"])
         self.runner.history.clear()
         self.runner.history.update(state["history"])
+        if self.runner.costs is not None and state.get("rollout_costs") is not None:  # a mixture's measured costs
+            self.runner.costs.mean = dict(state["rollout_costs"])
         torch.set_rng_state(state["rng"]["torch"])
         np.random.set_state(state["rng"]["numpy"])
         random.setstate(state["rng"]["python"])

@@ -34,7 +34,7 @@ from typing import Any
 
 from trace_gym.errors import ConfigError
 
-__all__ = ["export_weights", "push_full_weights", "sync_weights"]
+__all__ = ["engine_weights", "export_weights", "load_engine_weights", "push_full_weights", "sync_weights"]
 
 #: attribute paths from a vLLM ``LLM`` to its in-process model, newest first (fallback only)
 _VLLM_MODEL_PATHS = (
@@ -79,7 +79,10 @@ def _vllm_model(llm: Any) -> Any:
 def push_full_weights(llm: Any, model: Any) -> str:
     """Load `model`'s full weights into the engine in place; returns the method used."""
     # materialised once: the merge/unmerge of a LoRA model must not span the rpc
-    weights = [(n, t.contiguous()) for n, t in export_weights(model)]
+    return _push_weight_list(llm, [(n, t.contiguous()) for n, t in export_weights(model)])
+
+
+def _push_weight_list(llm: Any, weights: list[tuple[str, Any]]) -> str:
     method = "reload_weights"
     if callable(getattr(llm, "collective_rpc", None)):
         try:
@@ -99,6 +102,35 @@ def _push_adapter(policy: Any, model: Any) -> None:
     path = tempfile.mkdtemp(prefix="trace-gym-lora-")
     model.save_pretrained(path)
     policy.load_adapter(path)
+
+
+def engine_weights(policy: Any) -> list[tuple[str, Any]]:
+    """The weights a generation-engine pool pushes: the driver policy's model, on CPU.
+
+    `trace_gym.distributed.RayConfig(engine_export="trace_gym.trainers.sync:engine_weights",
+    engine_apply="trace_gym.trainers.sync:load_engine_weights")`; the pool pushes them
+    when ``policy.version`` changed (every `sync_weights` bumps it).
+    """
+    model = getattr(policy, "model", None)
+    if model is None:
+        raise ConfigError(f"policy {type(policy).__name__} has no .model to export weights from")
+    return [(n, t.to("cpu").contiguous()) for n, t in export_weights(model)]
+
+
+def load_engine_weights(policy: Any, weights: list[tuple[str, Any]]) -> str:
+    """Load pushed weights into an engine's policy: a vLLM engine in place, an HF model by state dict."""
+    llm = getattr(policy, "llm", None)
+    if llm is not None:
+        method = _push_weight_list(llm, list(weights))
+        if callable(getattr(llm, "reset_prefix_cache", None)):
+            llm.reset_prefix_cache()
+        return method
+    model = getattr(policy, "model", None)
+    if model is None:
+        raise ConfigError(f"engine policy {type(policy).__name__} has neither .llm nor .model to load weights into")
+    device = next(model.parameters()).device
+    model.load_state_dict({n: t.to(device) for n, t in weights}, strict=True)
+    return "state_dict"
 
 
 def sync_weights(policy: Any, model: Any) -> str:

@@ -65,8 +65,9 @@ class HotpotQAConfig:
     max_turns: int = 6
     #: longer queries are refused with a hint
     max_query_chars: int = 512
-    #: longer turns are refused unparsed, with a hint (bounds the parser's work per step)
-    max_action_chars: int = 32_768
+    #: the core's action cap (`TraceEnv.max_action_chars`, 100,000 by default): `TraceEnv.step`
+    #: answers a longer turn unparsed, as an invalid turn behind the core's "Error: ..." line
+    max_action_chars: int = TraceEnv.max_action_chars
     #: use only the first N questions (after the split)
     limit: int | None = None
     #: where lazily built indexes are cached (default: $TRACE_GYM_CACHE or ~/.cache/trace-gym)
@@ -139,6 +140,7 @@ class HotpotQAEnv(TraceEnv):
         cfg = HotpotQAConfig(**options)
         super().__init__(max_turns=cfg.max_turns, render_mode=render_mode)
         self.config = cfg
+        self.max_action_chars = int(cfg.max_action_chars)  # the one cap, enforced by TraceEnv.step
         tasks, passages = _load_dataset(cfg)
         tasks = _split(tasks, cfg.split)
         if cfg.limit is not None:
@@ -190,7 +192,7 @@ class HotpotQAEnv(TraceEnv):
         return protocol.make_prompt(task.question), info
 
     def _step(self, action: str) -> Transition:
-        parsed = protocol.parse_action(action, self.config.max_query_chars, self.config.max_action_chars)
+        parsed = protocol.parse_action(action, self.config.max_query_chars)
         last_turn = self._turn + 1 >= self.max_turns
         if parsed.kind == "search":
             obs, info = self._search(parsed.content)

@@ -95,7 +95,11 @@ class PyseriniRetriever(Retriever):
         self.index_dir = Path(index_dir)
         if not _built:
             indexer = indexer_cls(str(self.index_dir), threads=self.threads)
-            indexer.add_batch_dict([{"id": str(i), "contents": p.contents} for i, p in enumerate(self.passages)])
+            # zero-padded ids: Anserini orders tied scores by docid as a string, so padding makes
+            # that corpus order, the order bm25s's retriever breaks ties in
+            width = len(str(max(len(self.passages) - 1, 0)))
+            indexer.add_batch_dict([{"id": f"{i:0{width}d}", "contents": p.contents}
+                                    for i, p in enumerate(self.passages)])
             indexer.close()
         self._searcher = searcher_cls(str(self.index_dir))
         self._searcher.set_bm25(self.k1, self.b)

@@ -81,14 +81,12 @@ def _blocks(body: str) -> tuple[list[tuple[str, str]], list[tuple[bool, str]]]:
     return blocks, [(closing, kind) for _, _, closing, kind in tags]
 
 
-def parse_action(text: str, max_query_chars: int = 512, max_action_chars: int | None = None) -> Action:
+def parse_action(text: str, max_query_chars: int = 512) -> Action:
     """Parse one assistant turn into a search, an answer, or an invalid action with a reason.
 
-    Runs in linear time; a turn longer than `max_action_chars` is refused unparsed.
+    Runs in linear time. The length cap is the core's: `TraceEnv.step` answers a turn over
+    the env's ``max_action_chars`` before it reaches the parser.
     """
-    if max_action_chars is not None and len(text) > max_action_chars:
-        return Action("invalid", error="action_too_long",
-                      detail=f"The turn has {len(text)} characters; keep it under {max_action_chars}.")
     body = _THINK.sub(" ", text)
     blocks, tags = _blocks(body)
     kinds = {k for k, _ in blocks}

@@ -588,14 +588,14 @@ class Sandbox:
 
     def _make_cgroups(self) -> list[str]:
         """A v2 cgroup (membership, cgroup.kill) and a v1 pids cgroup (pids.max), where writable."""
-        name = f"trace_gym_math_{self.token}"
+        name = f"trace_gym_math_{os.getpid()}_{self.token}"  # the owner's pid: see _stale_cgroups
         made = []
         for base in (*_CGROUP_V2, _CGROUP_V1):
             if not os.path.exists(os.path.join(base, "cgroup.procs")) or any(m.startswith(base + "/") for m in made):
                 continue
             if base != _CGROUP_V1 and not os.path.exists(os.path.join(base, "cgroup.controllers")):
                 continue
-            for stale in Path(base).glob("trace_gym_math_*"):  # left by a killed env process
+            for stale in _stale_cgroups(base):
                 with contextlib.suppress(OSError):
                     stale.rmdir()  # only succeeds when the cgroup holds no process
             path = os.path.join(base, name)
@@ -635,3 +635,27 @@ def _int(value: Any) -> int:
         return max(0, int(value))
     except (TypeError, ValueError):
         return 0
+
+
+def _stale_cgroups(base: str) -> list[Path]:
+    """Our cgroups under `base` left by env processes that are gone.
+
+    A cgroup is named after the pid of the process that made it, and only those of dead
+    processes count as stale: a live process's cgroup is empty for a moment between its
+    mkdir and its sandbox joining it, and removing it then (another env process doing its
+    own clean-up, say a Ray worker or a parallel test run) made that launch fail.
+    """
+    stale = []
+    for path in Path(base).glob("trace_gym_math_*"):
+        owner = path.name.split("_")[3]
+        if owner.isdigit():
+            try:
+                os.kill(int(owner), 0)
+                continue  # the owner lives: its cgroup is its own business
+            except (ProcessLookupError, OverflowError):
+                pass
+            except PermissionError:
+                continue
+        stale.append(path)  # a dead owner, or a name from before owners were recorded
+    return stale
+

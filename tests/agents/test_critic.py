@@ -112,6 +112,7 @@ def _spearman_vs_truth(pred, trees):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)  # 6 critic updates + 7 scorings: 600 s was not enough at load 9 on 2 cores
 def test_critic_beats_features_on_held_out_sim_trees():
     """Online, as in the runner: each step brings fresh simulator trees (60 new tasks, random
     branching); both predictors take one update on the same batch (prefix share 0.5), then

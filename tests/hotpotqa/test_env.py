@@ -76,6 +76,27 @@ def test_malformed_turns_give_a_hint_and_the_env_stays_usable(env, action, error
     assert "<information>" in obs
 
 
+def test_overlong_turns_are_refused_by_the_core_cap_alone(tmp_path):
+    from trace_gym.core import TraceEnv
+
+    assert gym.make("trace/HotpotQA-v0", cache_dir=str(tmp_path)).unwrapped.max_action_chars == (
+        TraceEnv.max_action_chars)
+    e = gym.make("trace/HotpotQA-v0", max_action_chars=50, max_turns=3, cache_dir=str(tmp_path))
+    base = e.unwrapped
+    assert base.max_action_chars == 50
+    e.reset(options={"task": 1})
+    obs, r, term, trunc, info = e.step("<answer>" + "x" * 60 + "</answer>")  # a valid answer, too long
+    assert not term and r == 0.0 and (info["error"], info["action_chars"]) == ("action_too_long", 77)
+    # one text: the core's line, then the env's hint for a turn it cannot act on
+    assert obs.startswith("Error: your message is 77 characters long; the limit is 50.")
+    assert "My previous action is invalid" in obs and info["action"] == "invalid"
+    base.max_action_chars = 100  # the same setting, changed on the instance
+    _, r, term, _, info = e.step("<answer>" + "x" * 60 + "</answer>")
+    assert term and "error" not in info
+    with pytest.raises(ConfigError, match="max_action_chars"):
+        gym.make("trace/HotpotQA-v0", max_action_chars=0)
+
+
 def test_turn_limit_truncates_and_reports_the_trace(tmp_path):
     e = gym.make("trace/HotpotQA-v0", max_turns=2, cache_dir=str(tmp_path))
     e.reset(options={"task": 2})

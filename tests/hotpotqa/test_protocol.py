@@ -76,14 +76,13 @@ def test_linear_parser_finds_the_same_blocks_as_the_regex():
         assert _blocks(body)[0] == _regex_blocks(body), body
 
 
-def test_adversarial_turns_parse_and_overlong_turns_are_refused():
+def test_adversarial_turns_parse_in_linear_time():
     # 200k characters of unclosed tags: quadratic parsing took seconds per 50k here
     flood = "<search>" * 25_000
     assert parse_action(flood).error == "unclosed_tag"
     assert parse_action("<search>" * 25_000 + "x</search>", max_query_chars=10**6).kind == "search"
-    a = parse_action("<answer>x</answer>" + " " * 100, max_action_chars=50)
-    assert (a.kind, a.error) == ("invalid", "action_too_long") and "50" in a.detail
-    assert parse_action("<answer>x</answer>", max_action_chars=50).kind == "answer"
+    # the length cap is the core's (TraceEnv.step), not the parser's: see test_env.py
+    assert parse_action("<answer>x</answer>" + " " * 200_000).kind == "answer"
 
 
 def test_titles_with_parentheses_are_parsed_whole():

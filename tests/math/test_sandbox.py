@@ -122,3 +122,26 @@ def test_bench_cli_smoke(tmp_path):
     for key in ("cells_per_s", "restore_fork_ms", "restore_replay_ms", "snapshot_rss_mb"):
         assert res[key] > 0, key
     assert res["restored_output"] == "[1, 2, 3] 2002 55"
+
+
+def test_clean_up_of_stale_cgroups_spares_live_owners():
+    """Another env process cleaning up must not remove a live sandbox's (still empty) cgroup:
+    it did once, between our mkdir and the sandbox joining it, and that launch failed."""
+    mine = Sandbox(SandboxConfig())
+    made = mine._make_cgroups() if ROOT else []  # noqa: SLF001 - empty until a sandbox joins them
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True, check=True).stdout.strip()
+    stale = [os.path.join(os.path.dirname(cg), f"trace_gym_math_{dead}_feedc0de") for cg in made]
+    try:
+        for path in stale:
+            os.mkdir(path)
+        other = ("from trace_gym.envs.math.sandbox import Sandbox, SandboxConfig\n"
+                 "sb = Sandbox(SandboxConfig())\nsb._cgroups = sb._make_cgroups()\nsb._remove_cgroups()\n")
+        subprocess.run([sys.executable, "-c", other], check=True, timeout=60)
+        assert all(os.path.isdir(cg) for cg in made), "a live sandbox's cgroup was removed"
+        assert not any(os.path.exists(path) for path in stale), "a dead owner's cgroup was left"
+        assert bool(made) == ROOT  # as root the cgroups exist here, so the check above ran
+    finally:
+        for path in [*made, *stale]:
+            if os.path.isdir(path):
+                os.rmdir(path)

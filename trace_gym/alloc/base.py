@@ -55,6 +55,10 @@ class Candidate:
     history: VisitHistory = field(default_factory=VisitHistory)
     #: exact success probability (simulator only; None elsewhere)
     true_value: float | None = None
+    #: cost of one root rollout of this prompt relative to the step's mean (1: flat). In a
+    #: multi-env mixture a long-horizon env's rollouts cost more (`trace_gym.mixture`);
+    #: a cost-aware root solver then keeps sum(cost x rollouts) within the budget
+    cost: float = 1.0
 
 
 @dataclass(frozen=True)

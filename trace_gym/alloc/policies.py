@@ -25,7 +25,14 @@ from typing import ClassVar
 import numpy as np
 
 from trace_gym.alloc.base import Candidate, PrefixCandidate
-from trace_gym.alloc.solvers import _as_int, _increments, root_value, solve_prefixes, solve_roots
+from trace_gym.alloc.solvers import (
+    _as_int,
+    _increments,
+    root_value,
+    solve_prefixes,
+    solve_roots,
+    solve_roots_costed,
+)
 from trace_gym.errors import AllocationError, ConfigError
 
 logger = logging.getLogger(__name__)
@@ -130,6 +137,8 @@ class TraceAllocator(FlatAllocator):
     (`trace_gym.budget.Budget.prefix_budget`), and charges every replay that cost, so the
     count of replays may differ from the replay budget but the accounted cost cannot
     exceed it. `exact_budget=False` lets the root counts sum to less than the budget.
+    Candidates whose rollouts cost differently (`Candidate.cost`, a multi-env mixture)
+    are solved under sum cost x m <= budget instead (`solve_roots_costed`).
     """
 
     name: ClassVar[str] = "trace"
@@ -148,6 +157,9 @@ class TraceAllocator(FlatAllocator):
         if not candidates:
             return np.zeros(0, dtype=np.int64)
         values = [_true(c, "candidate") if self.use_true_roots else c.value for c in candidates]
+        costs = [c.cost for c in candidates]
+        if any(abs(x - 1.0) > 1e-12 for x in costs):  # a mixture: sum(cost x rollouts) <= budget
+            return solve_roots_costed(values, costs, float(budget), self.m_max).counts
         return solve_roots(values, budget, self.m_max, exact_budget=self.exact_budget).counts
 
     def allocate_prefixes(self, prefixes: Sequence[PrefixCandidate], budget: float,

@@ -69,6 +69,7 @@ __all__ = [
     "root_value",
     "solve_prefixes",
     "solve_roots",
+    "solve_roots_costed",
     "solve_roots_reference",
     "split_budget",
 ]
@@ -307,6 +308,53 @@ def solve_roots_reference(
     for i in range(P - 1, -1, -1):
         counts[i] = choice[i, b]
         b -= counts[i]
+    return RootSolution(counts, float(root_value(v, counts).sum()))
+
+
+def solve_roots_costed(
+    values: Sequence[float], costs: Sequence[float], budget: float, m_max: int = 16, resolution: int = 8
+) -> RootSolution:
+    """The root problem when prompts' rollouts cost differently (a multi-env mixture).
+
+    Maximise sum f(v_i, m_i) over m_i in {0, 2..m_max} subject to sum c_i m_i <= budget
+    (`budget` and the costs in the same unit, e.g. "average rollouts"). Exact DP over
+    integerised costs: ``resolution`` units per unit of cost, each prompt's m-rollout
+    cost rounded *up* (so the plan never overspends), budget rounded down. Ties go to
+    the smaller m, prompts in order. O(P * m_max * budget * resolution) numpy work.
+    """
+    v = clip_values(values)
+    try:
+        c = np.asarray(costs, dtype=float)
+    except (TypeError, ValueError) as e:
+        raise AllocationError(f"root costs must be positive numbers; got {costs!r:.80}") from e
+    if c.shape != v.shape or not np.all(np.isfinite(c)) or np.any(c <= 0):
+        raise AllocationError(f"need one finite cost > 0 per prompt: got {c.shape} costs for {v.shape} values")
+    m_max = _check_m_max(m_max)
+    if not np.isfinite(budget) or budget < 0 or resolution < 1:
+        raise AllocationError(f"root budget must be finite and >= 0 (got {budget}) and resolution >= 1")
+    units = int(np.floor(budget * resolution + 1e-9))
+    ms = np.array([0, *range(2, m_max + 1)])
+    dp = np.full(units + 1, -np.inf)
+    dp[0] = 0.0
+    choice = np.zeros((v.size, units + 1), dtype=np.int16)
+    for i in range(v.size):
+        w = np.ceil(ms * c[i] * resolution - 1e-9).astype(int)
+        gain = root_value(v[i], ms)
+        best, arg = dp.copy(), np.zeros(units + 1, dtype=np.int16)
+        for k in range(1, ms.size):
+            if w[k] > units:
+                break
+            cand = np.full(units + 1, -np.inf)
+            cand[w[k]:] = dp[: units + 1 - w[k]] + gain[k]
+            better = cand > best
+            best[better], arg[better] = cand[better], k
+        dp, choice[i] = best, arg
+    b = int(np.argmax(dp))  # the best total (first maximum: the least budget)
+    counts = np.zeros(v.size, dtype=np.int64)
+    for i in range(v.size - 1, -1, -1):
+        k = int(choice[i, b])
+        counts[i] = ms[k]
+        b -= int(np.ceil(ms[k] * c[i] * resolution - 1e-9))
     return RootSolution(counts, float(root_value(v, counts).sum()))
 
 

@@ -873,6 +873,13 @@ def _output_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--latency", type=float, default=0.02, help="--ray: seconds per policy call")
     p.add_argument("--ray-workers", default="1,2", help="--ray: worker counts to compare")
     p.add_argument("--ray-steps", type=int, default=3, help="--ray: timed steps per setting")
+    # --ray --engines: the engine pool (trace_gym.distributed.engine) and per-prompt expansion
+    p.add_argument("--engines", default=None, help="--ray: engine-actor counts to compare (e.g. 1,2,4)")
+    p.add_argument("--env-workers", type=int, default=None, help="--engines: env workers (default: = engines)")
+    p.add_argument("--barrier", default="per-prompt", help="--engines: global, per-prompt or both (comma)")
+    p.add_argument("--latency-sigma", type=float, default=0.0, help="--engines: log-normal sigma of the latency")
+    p.add_argument("--engine-slots", type=int, default=8, help="--engines: requests one engine serves at once")
+    p.add_argument("--hf", action="store_true", help="--engines: add tiny-HF-engine rows")
 
 
 def _extra_rows(args: argparse.Namespace) -> tuple[tuple[str, str, str], ...]:
@@ -924,6 +931,10 @@ def _title(cfg: BenchConfig) -> str:
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
+    if args.ray is not None and args.engines is not None:
+        from trace_gym.bench.engines import main_from_alloc_args as engines_main
+
+        return engines_main(args)
     if args.ray is not None:
         from trace_gym.bench.distributed import main_from_alloc_args
 

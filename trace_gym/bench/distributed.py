@@ -26,8 +26,8 @@ __all__ = ["RayBenchConfig", "format_ray_bench", "main_from_alloc_args", "run_ra
 
 
 @dataclass
-class RayBenchConfig:
-    """One throughput comparison (CLI: `trace-gym bench alloc --ray ...`)."""
+class StepBenchFields:
+    """What the Ray benchmarks share: the simulator preset, the steps and their budget."""
 
     preset: str = "math"
     #: timed steps per setting (after one untimed warm-up step)
@@ -37,6 +37,12 @@ class RayBenchConfig:
     policy: str = "trace"
     predictor: str = "features"
     m_max: int = 16
+
+
+@dataclass
+class RayBenchConfig(StepBenchFields):
+    """One throughput comparison (CLI: `trace-gym bench alloc --ray ...`)."""
+
     #: most conversations per policy call (the simulated engine's batch capacity)
     max_batch: int = 16
     #: seconds every policy call waits

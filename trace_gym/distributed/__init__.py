@@ -6,8 +6,12 @@
   runner and the Ray runner (what `trace-gym rollout --ray` and the trainer config use);
 - `WorkerPolicy`: build the policy on each worker (an engine or a server client)
   instead of shipping the driver's object;
+- `EnginePool` / `EngineClient` / `Engine` / `LocalEngines` (`trace_gym.distributed.engine`):
+  generation-engine actors the workers call (``RayConfig.num_engines``), pushed the
+  driver's policy by version, replaced when dead; `Latency` simulates per-request time;
 - `trace_gym.distributed.testing`: fault injection and a fixed-latency policy;
-- `trace_gym.bench.distributed`: `trace-gym bench alloc --ray` (throughput, 1 vs 2 workers).
+- `trace_gym.bench.distributed`: `trace-gym bench alloc --ray` (throughput, 1 vs 2 workers);
+  `trace_gym.bench.engines`: `... --ray --engines` (engine pool, per-prompt vs barrier).
 
 Ray is optional (``pip install "trace-gym[ray]"``); nothing here imports it until a
 `RayRunner` is built. See docs/distributed.md.
@@ -15,6 +19,7 @@ Ray is optional (``pip install "trace-gym[ray]"``); nothing here imports it unti
 
 from __future__ import annotations
 
+from trace_gym.distributed.engine import Engine, EngineClient, EnginePool, Latency, LocalEngines
 from trace_gym.distributed.runner import (
     DistributedStepReport,
     RayConfig,
@@ -28,6 +33,11 @@ from trace_gym.distributed.worker import RolloutWorker, WorkerPolicy, current_wo
 
 __all__ = [
     "DistributedStepReport",
+    "Engine",
+    "EngineClient",
+    "EnginePool",
+    "Latency",
+    "LocalEngines",
     "RayConfig",
     "RayRunner",
     "RolloutWorker",

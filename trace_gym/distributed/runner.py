@@ -48,8 +48,9 @@ import gymnasium as gym
 
 from trace_gym.alloc.base import Allocator
 from trace_gym.budget import TIME_BUCKETS, Budget, StepReport, Stopwatch
+from trace_gym.distributed.engine import EnginePool, Latency
 from trace_gym.distributed.worker import RolloutWorker, ShardResult, WorkerPolicy, dumps, loads
-from trace_gym.errors import ConfigError, DependencyNotInstalled, TraceGymError
+from trace_gym.errors import ConfigError, DependencyNotInstalled, EngineUnavailable, TraceGymError
 from trace_gym.policy import Policy
 from trace_gym.predict.base import Predictor
 from trace_gym.runner import BranchingRunner, RunnerConfig
@@ -106,6 +107,24 @@ class RayConfig:
     start_timeout_s: float = 600.0
     #: extra keyword arguments for ``ray.init``
     init_kwargs: dict[str, Any] = field(default_factory=dict)
+    #: generation-engine actors shared by the workers (0: each worker holds its policy)
+    num_engines: int = 0
+    #: CPUs / GPUs reserved per engine actor
+    engine_cpus: float = 1.0
+    engine_gpus: float = 0.0
+    #: "continuous" (each request on its own, `engine_slots` at once) or "batch" (one
+    #: loop batching the queued requests, up to `engine_max_batch` conversations: HF)
+    engine_batching: str = "continuous"
+    engine_slots: int = 8
+    engine_max_batch: int | None = None
+    #: simulated per-conversation latency of an engine request (benchmarks): mean
+    #: seconds and log-normal sigma (0: fixed)
+    engine_latency_s: float = 0.0
+    engine_latency_sigma: float = 0.0
+    #: push weights instead of the pickled policy: "module:function" exporting them
+    #: from the driver's policy and loading them into an engine's (trainers' sync code)
+    engine_export: str | None = None
+    engine_apply: str | None = None
 
     def __post_init__(self) -> None:
         if not self.address:
@@ -120,6 +139,18 @@ class RayConfig:
             raise ConfigError(f"num_cpus must be None or >= 1, got {self.num_cpus}")
         if self.start_timeout_s <= 0:
             raise ConfigError(f"start_timeout_s must be > 0, got {self.start_timeout_s}")
+        if self.num_engines < 0 or self.engine_cpus < 0 or self.engine_gpus < 0:
+            raise ConfigError("num_engines, engine_cpus and engine_gpus must be >= 0")
+        if (self.engine_export is None) != (self.engine_apply is None):
+            raise ConfigError("engine_export and engine_apply go together (both or neither)")
+        Latency(self.engine_latency_s, self.engine_latency_sigma)  # validates
+
+    def engine_kwargs(self) -> dict[str, Any]:
+        """`EnginePool` keyword arguments of these settings."""
+        return dict(cpus=self.engine_cpus, gpus=self.engine_gpus, export=self.engine_export,
+                    apply=self.engine_apply, batching=self.engine_batching, slots=self.engine_slots,
+                    max_batch=self.engine_max_batch,
+                    latency=Latency(self.engine_latency_s, self.engine_latency_sigma))  # fmt: skip
 
 
 @dataclass
@@ -136,6 +167,12 @@ class DistributedStepReport(StepReport):
     worker_failures: list[dict[str, Any]] = field(default_factory=list)
     #: wall time per bucket summed over the workers' successful shards
     worker_time_s: dict[str, float] = field(default_factory=lambda: dict.fromkeys(TIME_BUCKETS, 0.0))
+    #: live engine actors at the start of the step (0: no engine pool)
+    engines: int = 0
+    #: engine requests re-sent to another engine because theirs died
+    engine_rerouted: int = 0
+    #: prompts re-run because no engine was left to answer (once per re-run)
+    engine_reruns: list[str] = field(default_factory=list)
 
 
 #: StepReport fields the driver sets itself (never summed over workers)
@@ -195,7 +232,7 @@ class RayRunner(BranchingRunner):
         if not self.ray.is_initialized():
             if rc.address == "local":
                 # Ray's CPUs are a scheduling count: never fewer than the workers reserve
-                need = math.ceil(rc.num_workers * rc.worker_cpus)
+                need = math.ceil(rc.num_workers * rc.worker_cpus + rc.num_engines * rc.engine_cpus)
                 kw = dict(include_dashboard=False, log_to_driver=False,
                           num_cpus=rc.num_cpus or max(os.cpu_count() or 1, need))  # fmt: skip
                 self.ray.init(**{**kw, **rc.init_kwargs})
@@ -205,6 +242,10 @@ class RayRunner(BranchingRunner):
         self._actor_cls = self.ray.remote(RolloutWorker)
         self._next_index = 0
         self._workers: list[_Worker] = []
+        self._engines: EnginePool | None = None
+        if rc.num_engines:  # the workers' policy is a client of the engine pool
+            self._engines = EnginePool(self.ray, policy, rc.num_engines, **rc.engine_kwargs())
+            self._policy_blob = dumps(self._engines.client())
         self._ensure_workers()
         try:  # fail here, not mid-step, when a worker cannot build its env or policy
             self.ray.get([w.actor.ping.remote() for w in self._workers], timeout=rc.start_timeout_s)
@@ -252,6 +293,8 @@ class RayRunner(BranchingRunner):
                 except Exception as e:  # noqa: BLE001 - already gone
                     log.debug("killing worker %d: %s", w.index, e)
         self._workers = []
+        if self._engines is not None:
+            self._engines.close()
         super().close()
         if self._started_ray and self.ray.is_initialized():
             self.ray.shutdown()
@@ -273,7 +316,8 @@ class RayRunner(BranchingRunner):
         ray = self.ray
         self._ensure_workers()
         report.workers = len(self._workers)
-        snap = self._snapshots()
+        snap = self._snapshots(step)
+        report.engines = len(self._engines.handles) if self._engines is not None else 0
         by_order = {w.order: w for w in works}
         attempts = dict.fromkeys(by_order, 0)
         done: dict[int, int] = {}  # order -> worker index
@@ -302,7 +346,11 @@ class RayRunner(BranchingRunner):
                 submit(shard_works(lost, len(live), self.config.replay_cost), live)
                 continue
             except ray.exceptions.RayTaskError as e:
-                raise e.as_instanceof_cause() from None
+                if not isinstance(getattr(e, "cause", None), EngineUnavailable):
+                    raise e.as_instanceof_cause() from None
+                self._engines_lost(shard, e, attempts, report, snap)
+                submit([shard], [worker])
+                continue
             _accept(result, by_order, done, report)
             env_counts[result.worker] = result.env_instances
         missing = [by_order[o].tree.prompt_id for o in by_order if o not in done]
@@ -311,17 +359,46 @@ class RayRunner(BranchingRunner):
         _apportion_wait(report, sw, time.perf_counter() - t0)
         return sum(env_counts.values())
 
-    def _snapshots(self) -> dict[str, Any]:
-        """The allocator, predictor and (with ``sync_policy``) policy, put once per step."""
+    def _snapshots(self, step: int) -> dict[str, Any]:
+        """The allocator, predictor and (with ``sync_policy``) policy, put once per step.
+
+        With an engine pool the policy goes to the engines instead (by version) and the
+        workers get a client holding this step's engine handles and version.
+        """
         ray = self.ray
         snap = {
             "allocator": ray.put(dumps(self.allocator)),
             "predictor": ray.put(dumps(self.predictor)),
             "policy": None,
         }
-        if self.ray_config.sync_policy and not isinstance(self.policy, WorkerPolicy):
+        if self._engines is not None:
+            if self.ray_config.sync_policy or self._engines.pushed is None:
+                self._engines.begin_step(step, self.policy)
+            snap["policy"] = ray.put(dumps(self._engines.client()))
+        elif self.ray_config.sync_policy and not isinstance(self.policy, WorkerPolicy):
             snap["policy"] = ray.put(_snapshot(self.policy, "policy"))
         return snap
+
+    def _engines_lost(
+        self,
+        shard: list[PromptWork],
+        error: BaseException,
+        attempts: dict[int, int],
+        report: DistributedStepReport,
+        snap: dict[str, Any],
+    ) -> None:
+        """Every engine a worker knew died: replace them, re-run the shard (bounded)."""
+        assert self._engines is not None
+        ids = [w.tree.prompt_id for w in shard]
+        log.warning("no engine left to answer prompts %s; replacing the engines and re-running", ids)
+        for w in shard:
+            attempts[w.order] += 1
+            if attempts[w.order] > self.ray_config.max_retries:
+                raise WorkerLost(f"engines died {attempts[w.order]} times while running prompt "
+                                 f"{w.tree.prompt_id!r}: {error}") from None  # fmt: skip
+        self._engines.ensure()
+        snap["policy"] = self.ray.put(dumps(self._engines.client()))
+        report.engine_reruns.extend(ids)
 
     def _live(self) -> list[_Worker]:
         """The live workers; fresh ones when nobody is left (for the re-runs)."""
@@ -377,6 +454,7 @@ def _accept(
         done[order] = result.worker
         by_order[order].tree = tree
         report.placement[tree.prompt_id] = result.worker
+    report.engine_rerouted += result.rerouted
     _merge(report, result.report)
 
 

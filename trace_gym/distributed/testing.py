@@ -39,23 +39,27 @@ class _Wrapper:
 
 
 class CrashOnCall(_Wrapper):
-    """Kills the rollout-worker process on its `call`-th ``generate`` call (1-based).
+    """Kills the rollout-worker (or engine) process on its `call`-th ``generate`` call (1-based).
 
-    Only on the worker whose index is `worker` (None: any worker); calls are counted
-    from when the wrapper arrived on the worker (the runner re-ships the policy each
-    step with ``sync_policy``, so the count restarts every step). Outside a rollout
-    worker it never exits - it would kill the driver - and raises instead.
+    Only on the worker whose index is `worker` (None: any worker) - or, with `engine`
+    set, only in the engine actor of that index (`trace_gym.distributed.engine`); calls
+    are counted from when the wrapper arrived in the process (the runner re-ships the
+    policy each step with ``sync_policy``, so the count restarts every step). Outside a
+    rollout worker / engine it never exits - it would kill the driver - and raises.
     """
 
-    def __init__(self, policy: Any, call: int, worker: int | None = None):
+    def __init__(self, policy: Any, call: int, worker: int | None = None, engine: int | None = None):
         super().__init__(policy)
         if call < 1:
             raise ConfigError(f"call must be >= 1, got {call}")
-        self.call, self.worker, self.calls = int(call), worker, 0
+        self.call, self.worker, self.engine, self.calls = int(call), worker, engine, 0
 
     def generate(self, conversations: Sequence[Conversation]) -> list[PolicyOutput]:
-        here = current_worker()
-        if self.worker is None or here == self.worker:
+        from trace_gym.distributed.engine import current_engine
+
+        here = current_worker() if self.engine is None else current_engine()
+        target = self.worker if self.engine is None else self.engine
+        if (target is None and self.engine is None) or here == target:
             self.calls += 1
             if self.calls == self.call:
                 if here is None:

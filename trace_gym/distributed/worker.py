@@ -99,6 +99,8 @@ class ShardResult(NamedTuple):
     #: env instances this worker has made so far
     env_instances: int
     pid: int
+    #: engine requests this shard re-sent because their engine died (engine pools only)
+    rerouted: int = 0
 
 
 class RolloutWorker:
@@ -150,6 +152,7 @@ class RolloutWorker:
                 report=ctx.report,
                 env_instances=self.pool.made,
                 pid=os.getpid(),
+                rerouted=int(getattr(self.policy, "rerouted", 0)),
             )
         )
 

