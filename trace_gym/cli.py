@@ -51,6 +51,7 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "replay-cost": ("trace_gym.bench.replay_cost:main", "measured replay cost by depth (vLLM prefix cache, HF)"),
     "generate": ("trace_gym.bench.generate:main", "tokens/s: raw generate vs HFPolicy / VLLMPolicy"),
     "learn": ("trace_gym.trainers.learn_cli:main", "RL on the simulator at equal cost: held-out success vs cost per arm"),
+    "train": ("trace_gym.trainers.train_bench:main", "FSDP2 sharded training vs one process: diffs, step time, memory per rank"),
 }
 
 

@@ -13,6 +13,7 @@ import argparse
 import dataclasses
 import datetime as _dt
 import json
+import os
 import platform
 import subprocess
 import sys
@@ -88,5 +89,8 @@ def write_provenance(out_dir: str | Path, config: Any = None, *, argv: list[str]
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     path = out / PROVENANCE_FILE
-    path.write_text(json.dumps(collect(config, argv=argv), indent=2, default=str) + "\n")
+    # written whole, then moved: the ranks of a sharded run all write it at once
+    tmp = out / f".{PROVENANCE_FILE}.{os.getpid()}"
+    tmp.write_text(json.dumps(collect(config, argv=argv), indent=2, default=str) + "\n")
+    os.replace(tmp, path)
     return path

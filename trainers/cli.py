@@ -1,4 +1,8 @@
-"""`trace-gym train --config FILE`: run a training config (TOML, YAML or JSON)."""
+"""`trace-gym train --config FILE`: run a training config (TOML, YAML or JSON).
+
+Under torchrun (``torchrun --nproc-per-node N -m trace_gym.cli train --config FILE``) every
+process runs this command and the run is sharded with FSDP2 (`trace_gym.trainers.sharding`).
+"""
 
 from __future__ import annotations
 
@@ -50,9 +54,16 @@ def main(argv: list[str] | None = None) -> int:
     if args.check:
         print(json.dumps(cfg.to_dict(), indent=1))
         return 0
-    from trace_gym.trainers.loop import Trainer
+    from trace_gym.trainers.sharding import make_trainer
 
-    history = Trainer(cfg).run()
+    trainer = make_trainer(cfg)  # sharded (FSDP2) when torchrun started this process, see docs/distributed.md
+    try:
+        history = trainer.run()
+    finally:
+        if hasattr(trainer, "close"):
+            trainer.close()
+    if getattr(getattr(trainer, "dist", None), "rank", 0) != 0:
+        return 0
     if history:
         last = history[-1]
         keys = ("step", "reward", "effective_ratio", "mixed_groups", "contrastive_pairs", "loss", "kl", "entropy")

@@ -3,7 +3,8 @@
 Every name (optimiser, allocator, predictor, aggregation, policy kind) is checked in
 ``__post_init__``, so a typo fails before a model is loaded or a rollout is run. A
 config file mirrors the dataclasses: top-level fields plus the tables ``[policy]``,
-``[rollout]``, ``[algo]``, ``[optim]`` and ``[logging]``; an unknown key is an error.
+``[rollout]``, ``[algo]``, ``[optim]``, ``[logging]`` and ``[dist]`` (sharded training); an unknown key
+is an error.
 """
 
 from __future__ import annotations
@@ -20,9 +21,13 @@ from trace_gym.errors import ConfigError, unknown
 from trace_gym.optional import require
 from trace_gym.registration import check_env_id
 
-__all__ = ["AlgoConfig", "LoggingConfig", "OptimConfig", "PolicyConfig", "RolloutConfig", "TrainConfig", "load_config"]
+__all__ = ["AlgoConfig", "DistConfig", "LoggingConfig", "OptimConfig", "PolicyConfig", "RolloutConfig", "TrainConfig",
+           "load_config"]
 
 POLICY_KINDS = ("tiny", "hf", "vllm", "custom")
+DIST_STRATEGIES = ("auto", "fsdp", "none")
+DIST_BACKENDS = ("auto", "gloo", "nccl")
+DTYPES = ("float32", "bfloat16", "float16")
 
 
 def _type_ok(value: Any, hint: Any) -> bool:
@@ -253,6 +258,39 @@ class OptimConfig:
 
 
 @dataclass
+class DistConfig:
+    """Sharded training with FSDP2 (`trace_gym.trainers.sharding`; docs/distributed.md)."""
+
+    #: "auto": FSDP when launched by torchrun with WORLD_SIZE > 1, else one process;
+    #: "fsdp": always (a single process gets a one-rank group); "none": refuse a multi-process launch
+    strategy: str = "auto"
+    #: process-group backend: "auto" (nccl on CUDA, gloo on CPU), "gloo" or "nccl"
+    backend: str = "auto"
+    #: compute dtype of the all-gathered weights (None: the weights' own dtype; no mixed precision)
+    param_dtype: str | None = None
+    #: dtype of the gradient reduce-scatter (None: param_dtype)
+    reduce_dtype: str | None = None
+    #: free the gathered weights of a layer after its forward (ZeRO-3); False keeps them to the backward
+    reshard_after_forward: bool = True
+    #: reduce-scatter gradients only after the last micro-batch (faster, but holds unsharded
+    #: gradients between micro-batches); False reduces after every micro-batch
+    accumulate_unsharded: bool = False
+    #: dtype of rank 0's full generator copy (None: param_dtype, else the weights' dtype)
+    generator_dtype: str | None = None
+
+    def __post_init__(self) -> None:
+        _check_types(self, "dist")
+        if self.strategy not in DIST_STRATEGIES:
+            raise unknown("dist strategy", self.strategy, DIST_STRATEGIES)
+        if self.backend not in DIST_BACKENDS:
+            raise unknown("dist backend", self.backend, DIST_BACKENDS)
+        for name in ("param_dtype", "reduce_dtype", "generator_dtype"):
+            value = getattr(self, name)
+            if value is not None and value not in DTYPES:
+                raise unknown(f"dist.{name}", value, DTYPES)
+
+
+@dataclass
 class LoggingConfig:
     """Metric sinks beside metrics.jsonl (`trace_gym.trainers.loggers`)."""
 
@@ -311,6 +349,7 @@ class TrainConfig:
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     algo: AlgoConfig = field(default_factory=AlgoConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
+    dist: DistConfig = field(default_factory=DistConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
 
     def __post_init__(self) -> None:
@@ -331,7 +370,7 @@ class TrainConfig:
 
 
 _SECTIONS = {"policy": PolicyConfig, "rollout": RolloutConfig, "algo": AlgoConfig, "optim": OptimConfig,
-             "logging": LoggingConfig}
+             "logging": LoggingConfig, "dist": DistConfig}
 
 
 def _build(cls: type, d: dict[str, Any], where: str) -> Any:

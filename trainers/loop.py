@@ -436,6 +436,10 @@ class Trainer:
         self.model.eval()
         return stats.summary(samples)
 
+    def _sync(self) -> str:
+        """Weights to the generator (`trace_gym.trainers.sync`); the sharded trainer gathers them first."""
+        return sync_weights(self.policy, self.model)
+
     # ------------------------------------------------------------------ step
     def train_step(self, step: int) -> dict[str, Any]:
         """Collect, update, sync; returns the step's metrics."""
@@ -448,7 +452,7 @@ class Trainer:
         t1 = time.perf_counter()
         samples, counts = self.samples(trees)
         upd = self.update(samples, step) if samples else {}
-        self.sync_mode = sync_weights(self.policy, self.model)
+        self.sync_mode = self._sync()
         t_train = time.perf_counter() - t1
         bm = batch_metrics(trees)
         m: dict[str, Any] = {
@@ -558,18 +562,7 @@ class Trainer:
             pickle.dump({"step": self.step, "rng": rng, "predictor": None if predictor is None else predictor.state_dict(),
                          "history": dict(self.runner.history), "config": self.config.to_dict(),
                          "rollout_costs": None if self.runner.costs is None else dict(self.runner.costs.mean)}, f)
-        sums = {name: _sha256(tmp / name) for name in CHECKPOINT_FILES}
-        (tmp / CHECKSUMS).write_text(json.dumps(sums, indent=1) + "\n")
-        if final.exists():
-            shutil.rmtree(final)
-        os.replace(tmp, final)
-        pointer = root / f".latest-{os.getpid()}"
-        pointer.write_text(final.name)
-        os.replace(pointer, root / "latest")
-        done = sorted(p for p in root.glob("step_*") if p.is_dir())
-        for old in done[: -self.config.keep_checkpoints]:
-            shutil.rmtree(old, ignore_errors=True)
-        return final
+        return publish_checkpoint(tmp, final, CHECKPOINT_FILES, self.config.keep_checkpoints)
 
     def _candidates(self) -> tuple[list[Path], list[str]]:
         """Checkpoint dirs to try, best first (the one `latest` names, then newest first), and
@@ -619,6 +612,13 @@ class Trainer:
             for n, w in blob["weights"].items():
                 params[n].copy_(w)
         self.optimizer.load_state_dict(blob["optimizer"])
+        self._restore_state(path, state)
+        self._truncate_metrics()
+        self._sync()
+        log.info("resumed from %s (next step %d)", path, self.step)
+
+    def _restore_state(self, path: Path, state: dict[str, Any]) -> None:
+        """The non-tensor part of a checkpoint: step, predictor, visit histories, RNG states."""
         self.step = int(state["step"])
         if state["predictor"] is not None:
             if self.runner.predictor is None:
@@ -633,9 +633,6 @@ class Trainer:
         random.setstate(state["rng"]["python"])
         if "cuda" in state["rng"] and torch.cuda.is_available():
             torch.cuda.set_rng_state_all(state["rng"]["cuda"])
-        self._truncate_metrics()
-        sync_weights(self.policy, self.model)
-        log.info("resumed from %s (next step %d)", path, self.step)
 
     def _truncate_metrics(self) -> None:
         """Drop metric rows of steps after the checkpoint (they will be rerun) and torn lines."""
@@ -676,6 +673,24 @@ def _sha256(path: Path) -> str:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             h.update(chunk)
     return h.hexdigest()
+
+
+def publish_checkpoint(tmp: Path, final: Path, files: Sequence[str], keep: int) -> Path:
+    """Write the checksums of `files` in `tmp`, move `tmp` to `final`, point ``latest`` at it
+    (both with ``os.replace``) and keep the newest `keep` checkpoints."""
+    root = final.parent
+    sums = {name: _sha256(tmp / name) for name in files}
+    (tmp / CHECKSUMS).write_text(json.dumps(sums, indent=1) + "\n")
+    if final.exists():
+        shutil.rmtree(final)
+    os.replace(tmp, final)
+    pointer = root / f".latest-{os.getpid()}"
+    pointer.write_text(final.name)
+    os.replace(pointer, root / "latest")
+    done = sorted(p for p in root.glob("step_*") if p.is_dir())
+    for old in done[:-keep]:
+        shutil.rmtree(old, ignore_errors=True)
+    return final
 
 
 def _read_checkpoint(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:

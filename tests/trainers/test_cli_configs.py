@@ -22,8 +22,12 @@ def test_every_preset_validates(path):
     cfg = load_config(path)
     assert cfg.algo.name in ("treerpo", "tree_grpo")
     assert cfg.rollout.allocator == "trace"
-    if cfg.policy.kind == "hf":  # one-GPU presets at 8B/14B must use LoRA
-        assert cfg.policy.lora and cfg.policy.device == "cuda"
+    if cfg.policy.kind == "hf":  # one-GPU presets at 8B/14B use LoRA; full fine-tunes are FSDP presets
+        assert cfg.policy.device == "cuda"
+        if not cfg.policy.lora:
+            text = path.read_text()
+            assert cfg.dist.param_dtype == "bfloat16" and cfg.dist.strategy != "none"
+            assert "torchrun --standalone --nproc-per-node 8" in text and "UNVERIFIED" in text
         assert "GPU" in path.read_text().splitlines()[0] + path.read_text()
 
 

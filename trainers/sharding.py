@@ -1,0 +1,426 @@
+"""FSDP2 sharded training: the policy (and reference model) split over the ranks of a torchrun job.
+
+`ShardedTrainer` is a `trace_gym.trainers.loop.Trainer` whose trainable model and frozen
+reference are sharded with torch's own ``torch.distributed.fsdp.fully_shard`` (one FSDP
+unit per decoder layer plus the root), whose optimiser holds only this rank's shards, and
+whose checkpoints are sharded ``torch.distributed.checkpoint`` directories
+(`trace_gym.trainers.dist_ckpt`) that resume on any world size. ``trace-gym train
+--config ...`` uses it when launched by torchrun with ``WORLD_SIZE > 1`` (or with
+``dist.strategy = "fsdp"``).
+
+How a step runs with W ranks (docs/distributed.md, "Sharded training"):
+
+1. **Rank 0 grows the trees** with a full, unsharded *generator copy* of the policy (the
+   runner, allocator and predictor live on rank 0 only); the other ranks wait.
+2. Rank 0 turns the trees into samples and **broadcasts** them (token ids, masks,
+   advantages, generator logprobs: kilobytes to megabytes) to every rank.
+3. **Old logprobs**: each rank scores samples ``r, r + W, ...`` and the rows are
+   all-gathered, so every rank holds the whole batch's old (and reference) logprobs.
+4. **Updates**: the mini-batch order is drawn from (seed, step) on every rank alike; rank
+   r trains on the mini-batch's samples ``r, r + W, ...`` in micro-batches. The loss is
+   normalised by the **whole mini-batch's** token (or sequence) count, so each rank's
+   loss is its share of the single-process loss, and the gradients are **summed** over
+   ranks (FSDP's reduce-scatter with ``force_sum_reduction`` and divide factor 1, not its
+   default average): the sharded gradient equals the single-process one. A rank with
+   fewer micro-batches than another runs zero-weight forward/backward passes, because
+   every forward and backward of an FSDP module is a collective.
+5. **Weight sync**: the sharded weights are all-gathered one parameter at a time into
+   rank 0's generator copy (or pushed to a vLLM engine / a ``sync_weights(model)``
+   generator on rank 0 through a full-weights view).
+
+Rank 0 alone logs, evaluates and writes the checkpoint's non-tensor state.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import math
+import os
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from trace_gym.trainers.config import DistConfig, TrainConfig
+from trace_gym.trainers.data import Sample, collate
+from trace_gym.trainers.loop import OldLogprobs, Trainer, _UpdateStats
+from trace_gym.trainers.sync import sync_weights
+
+from trace_gym.errors import ConfigError
+from trace_gym.optional import require
+
+torch = require("torch", "train")
+
+__all__ = ["DistEnv", "ShardedTrainer", "init_distributed", "make_trainer", "shard_model", "wants_sharding"]
+
+log = logging.getLogger(__name__)
+
+#: fault injection for the tests (tests/trainers/test_sharding.py): "avg" makes the gradient
+#: reduction average over ranks instead of summing, the SUM/AVG mix-up the comparison must catch
+FAULT_ENV = "TRACE_GYM_FSDP_FAULT"
+
+
+@dataclass(frozen=True)
+class DistEnv:
+    """This process's place in the job."""
+
+    rank: int
+    world_size: int
+    local_rank: int
+    #: "cpu" or "cuda:<local_rank>"
+    device: str
+    backend: str
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+
+def launched_world_size() -> int:
+    """WORLD_SIZE as torchrun sets it (1 outside torchrun)."""
+    try:
+        return int(os.environ.get("WORLD_SIZE", "1"))
+    except ValueError as e:
+        raise ConfigError(f"WORLD_SIZE={os.environ['WORLD_SIZE']!r} is not an integer") from e
+
+
+def wants_sharding(cfg: TrainConfig) -> bool:
+    """Whether `cfg` runs sharded in this process (torchrun's environment and ``dist.strategy``)."""
+    world = launched_world_size()
+    if cfg.dist.strategy == "none" and world > 1:
+        raise ConfigError(f"launched with WORLD_SIZE={world} but dist.strategy = 'none'; "
+                          "set dist.strategy = 'auto' (or 'fsdp') or launch one process")  # fmt: skip
+    return cfg.dist.strategy == "fsdp" or (cfg.dist.strategy == "auto" and world > 1)
+
+
+def init_distributed(dcfg: DistConfig, device: str = "cpu") -> DistEnv:
+    """Join (or, outside torchrun, create a one-rank) process group; returns this rank's `DistEnv`."""
+    dist = torch.distributed
+    cuda = device.startswith("cuda")
+    backend = dcfg.backend if dcfg.backend != "auto" else ("nccl" if cuda else "gloo")
+    if backend == "nccl" and not cuda:
+        raise ConfigError("dist.backend = 'nccl' needs policy.device = 'cuda'")
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    if cuda:
+        if not torch.cuda.is_available():
+            raise ConfigError("policy.device is CUDA but no CUDA device is available")
+        torch.cuda.set_device(local_rank)
+    if not dist.is_initialized():
+        if "MASTER_ADDR" in os.environ:
+            dist.init_process_group(backend, timeout=timedelta(minutes=30))
+        else:  # one process without torchrun: a private one-rank group
+            dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
+    dev = f"cuda:{local_rank}" if cuda else "cpu"
+    return DistEnv(dist.get_rank(), dist.get_world_size(), local_rank, dev, backend)
+
+
+def _dtype(name: str | None) -> Any:
+    return None if name is None else getattr(torch, name)
+
+
+def _layers(model: Any) -> list[Any]:
+    """The repeated blocks to shard one by one: the classes HF names in ``_no_split_modules``
+    (decoder layers), else the children of the model's largest ``ModuleList``."""
+    names = set(getattr(model, "_no_split_modules", None) or ())
+    found = [m for m in model.modules() if type(m).__name__ in names]
+    if found:
+        return found
+    lists = [m for m in model.modules() if isinstance(m, torch.nn.ModuleList)]
+    return list(max(lists, key=len)) if lists else []
+
+
+def _units(model: Any) -> list[Any]:
+    """The FSDP units below the root: the decoder layers, and the input and output embeddings
+    when they are not tied (tied ones stay in the root unit: both modules use the one weight)."""
+    units = _layers(model)
+    emb = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
+    out = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    if emb is not None and out is not None and emb.weight is not out.weight:
+        units += [emb, out]
+    return units
+
+
+def shard_model(model: Any, dcfg: DistConfig, mesh: Any, *, frozen: bool = False) -> Any:
+    """Shard `model` in place with ``fully_shard``: each decoder layer (and untied embeddings), then the root.
+
+    Gradients are summed over ranks (no division by the world size): the trainer's loss on
+    each rank is already that rank's share of the whole batch's normalised loss.
+    """
+    from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
+
+    mp = MixedPrecisionPolicy(param_dtype=_dtype(dcfg.param_dtype),
+                              reduce_dtype=_dtype(dcfg.reduce_dtype or dcfg.param_dtype))  # fmt: skip
+    kw = {"mesh": mesh, "mp_policy": mp, "reshard_after_forward": dcfg.reshard_after_forward}
+    for unit in _units(model):
+        fully_shard(unit, **kw)
+    fully_shard(model, **kw)
+    average = os.environ.get(FAULT_ENV) == "avg"
+    for m in model.modules():
+        if isinstance(m, FSDPModule) and not frozen:
+            m.set_force_sum_reduction_for_comms(True)  # SUM, then divide by the factor (1): gloo and NCCL alike
+            m.set_gradient_divide_factor(float(mesh.size()) if average else 1.0)
+    return model
+
+
+class _Skeleton:
+    """What rank 0 needs to rebuild an unsharded copy of a model after it is sharded:
+    its class, config and buffers (non-persistent buffers such as RoPE's are in no state dict)."""
+
+    def __init__(self, model: Any):
+        self.cls = type(model)
+        self.config = getattr(model, "config", None)
+        self.buffers = {n: b.detach().cpu().clone() for n, b in model.named_buffers()}
+
+    def build(self, device: str, dtype: Any) -> Any:
+        if self.config is None:
+            raise ConfigError(f"cannot rebuild an unsharded copy of {self.cls.__name__} (no .config)")
+        with torch.device("meta"):
+            gen = self.cls(self.config)
+        gen = gen.to_empty(device=device).to(dtype) if dtype is not None else gen.to_empty(device=device)
+        if hasattr(gen, "tie_weights"):
+            gen.tie_weights()
+        with torch.no_grad():
+            own = dict(gen.named_buffers())
+            for n, b in self.buffers.items():
+                own[n].copy_(b)
+        return gen.eval().requires_grad_(False)
+
+
+def full_parameters(model: Any) -> Iterator[tuple[str, Any]]:
+    """(name, full tensor) of every parameter, gathered one at a time; a collective on every rank."""
+    from torch.distributed.tensor import DTensor
+
+    for name, p in model.named_parameters():
+        yield name, (p.full_tensor() if isinstance(p, DTensor) else p).detach()
+
+
+class _FullWeights:
+    """A full-weights view for `trace_gym.trainers.sync.sync_weights` (vLLM push, ``sync_weights(model)``)."""
+
+    def __init__(self, state: dict[str, Any]):
+        self._state = state
+
+    def state_dict(self) -> dict[str, Any]:
+        return self._state
+
+    def named_parameters(self) -> Iterator[tuple[str, Any]]:
+        return iter(self._state.items())
+
+
+def _full_state(model: Any, keep: bool, dtype: Any) -> dict[str, Any]:
+    """The full state dict (tied weights under every name), kept on the ranks where `keep`;
+    every rank gathers the same parameters in the same order."""
+    alias: dict[str, str] = {}
+    first: dict[int, str] = {}
+    for name, p in model.named_parameters(remove_duplicate=False):
+        alias[name] = first.setdefault(id(p), name)
+    full: dict[str, Any] = {}
+    for name, t in full_parameters(model):
+        if keep:
+            full[name] = t.to(dtype) if dtype is not None and t.is_floating_point() else t
+    if not keep:
+        return {}
+    out = {}
+    for name, t in model.state_dict().items():
+        out[name] = full[alias[name]] if name in alias else t.detach()
+    return out
+
+
+def _micro_count(n: int, world: int, mbs: int) -> int:
+    """Micro-batches every rank runs for `n` samples dealt round-robin (the busiest rank's)."""
+    return math.ceil(math.ceil(n / world) / mbs) if n else 0
+
+
+class ShardedTrainer(Trainer):
+    """A `Trainer` on W ranks with the policy (and reference) sharded by FSDP2; see the module doc."""
+
+    def __init__(self, config: TrainConfig, *, env: DistEnv | None = None, **parts: Any):
+        if config.policy.lora:
+            raise ConfigError("dist: FSDP sharding trains all weights; set policy.lora = false "
+                              "(LoRA on one GPU needs no sharding)")  # fmt: skip
+        self.dist = env or init_distributed(config.dist, config.policy.device)
+        if config.policy.kind == "vllm" and self.dist.world_size > 1:
+            raise ConfigError("dist: policy.kind = 'vllm' is not supported with FSDP over several ranks "
+                              "(every rank would start an engine); use kind 'hf'")  # fmt: skip
+        if config.rollout.ray_address and self.dist.world_size > 1:
+            raise ConfigError("dist: Ray rollouts (rollout.ray_address) are not supported with FSDP over "
+                              "several ranks; rank 0 grows the trees itself")  # fmt: skip
+        if not self.dist.is_main:
+            config = copy.deepcopy(config)
+            config.progress = False
+            config.tensorboard = False
+        super().__init__(config, **parts)
+        self._shard()
+
+    def _shard(self) -> None:
+        from torch.distributed.device_mesh import init_device_mesh
+
+        d, cfg = self.dist, self.config
+        mesh = init_device_mesh(d.device.split(":")[0], (d.world_size,))
+        shared = getattr(self.policy, "model", None) is self.model
+        skeleton = _Skeleton(self.model) if shared and d.is_main else None
+        self.model = shard_model(self.model, cfg.dist, mesh)
+        if self.ref_model is not None:
+            self.ref_model = shard_model(self.ref_model, cfg.dist, mesh, frozen=True)
+        o = cfg.optim
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(params, lr=o.lr, weight_decay=o.weight_decay, betas=o.betas)
+        self.generator = None
+        self._gen_dtype = _dtype(cfg.dist.generator_dtype or cfg.dist.param_dtype)
+        if skeleton is not None:  # rank 0 generates with a full copy, refreshed every step
+            self.generator = skeleton.build(d.device, self._gen_dtype)
+            self.policy.model = self.generator
+        elif shared:
+            self.policy.model = None  # the other ranks never generate
+        #: "copy" (rank 0's generator copy) or "view" (a full state dict pushed through sync_weights)
+        self._mode = self._broadcast("copy" if skeleton is not None else "view")
+        if self._mode == "copy":
+            self._push(bump=False)
+
+    # ------------------------------------------------------------------ collectives
+    def _broadcast(self, obj: Any = None) -> Any:
+        box = [obj]
+        torch.distributed.broadcast_object_list(box, src=0)
+        return box[0]
+
+    def _gather(self, obj: Any) -> list[Any]:
+        out: list[Any] = [None] * self.dist.world_size
+        torch.distributed.all_gather_object(out, obj)
+        return out
+
+    def _push(self, bump: bool) -> str:
+        """Gather the sharded weights to rank 0's generator (every rank takes part in the gathers)."""
+        main = self.dist.is_main
+        if self._mode == "view":
+            state = _full_state(self.model, main, self._gen_dtype)
+            return sync_weights(self.policy, _FullWeights(state)) if main else "gathered"
+        own = dict(self.generator.named_parameters()) if self.generator is not None else {}
+        with torch.no_grad():
+            for name, full in full_parameters(self.model):
+                if name in own:
+                    own[name].copy_(full)
+        version = getattr(self.policy, "version", None)
+        if bump and main and isinstance(version, int) and not isinstance(version, bool):
+            self.policy.version = version + 1
+        return "gathered"
+
+    def _sync(self) -> str:
+        return self._push(bump=True)
+
+    # ------------------------------------------------------------------ step
+    def samples(self, trees: Sequence[Any]) -> tuple[list[Sample], dict[str, float]]:
+        """Rank 0: build the samples and broadcast them to the other ranks."""
+        return self._broadcast(super().samples(trees))
+
+    def train_step(self, step: int) -> dict[str, Any]:
+        if self.dist.is_main:
+            # kept for the checkpoint: a kill between the checkpoint and the metrics row loses no row
+            self.last_metrics = super().train_step(step)
+            return self.last_metrics
+        samples, counts = self._broadcast()
+        upd = self.update(samples, step) if samples else {}
+        self._sync()
+        return {"step": step, "reward": 0.0, "effective_ratio": 0.0, **counts, **upd}
+
+    def evaluate(self) -> dict[str, float]:
+        return super().evaluate() if self.dist.is_main else {}
+
+    def _log(self, m: dict[str, Any]) -> None:
+        if self.dist.is_main:
+            super()._log(m)
+        else:
+            self.history.append(m)
+
+    # ------------------------------------------------------------------ update
+    def _mine(self, idx: Sequence[int]) -> list[int]:
+        return [int(i) for i in idx[self.dist.rank :: self.dist.world_size]]
+
+    def _idle_forward(self, sample: Sample, backward: bool, reference: bool = False) -> None:
+        """A zero-weight pass: keeps this rank in step with the collectives of busier ranks."""
+        model = self.ref_model if reference else self.model
+        with torch.set_grad_enabled(backward):
+            logp, _ = self._forward(model, collate([sample], self._pad_id()))
+            if backward:
+                (logp.sum() * 0.0).backward()
+
+    def _scored(self, samples: list[Sample], reference: bool) -> list[Any]:
+        mine = self._mine(range(len(samples)))
+        rows = self._logprobs_no_grad([samples[i] for i in mine], reference=reference)
+        mbs = self.config.optim.micro_batch_size
+        for _ in range(_micro_count(len(samples), self.dist.world_size, mbs) - math.ceil(len(mine) / mbs)):
+            self._idle_forward(samples[0], backward=False, reference=reference and self.ref_model is not None)
+        merged: dict[int, Any] = {}
+        for part in self._gather(dict(zip(mine, rows, strict=True))):
+            merged.update(part)
+        return [merged[i] for i in range(len(samples))]
+
+    def _old_logprobs(self, samples: list[Sample]) -> OldLogprobs:
+        """Each rank scores its share of the samples; every rank gets all rows."""
+        self.model.eval()
+        old = self._scored(samples, reference=False)
+        ref = self._scored(samples, reference=True) if self.config.algo.kl_coef > 0 else None
+        return OldLogprobs(old, ref)
+
+    def _optimizer_step(self, samples: list[Sample], idx: Sequence[int], old: OldLogprobs, stats: _UpdateStats) -> None:
+        """One AdamW step on the mini-batch `samples[idx]`: this rank's share, the whole batch's normaliser."""
+        a, o = self.config.algo, self.config.optim
+        tokens = float(sum(samples[i].num_trained for i in idx))
+        norm = {"tokens": tokens, "seqs": float(len(idx)), "constant": float(len(idx) * a.dr_grpo_len)}
+        mine, mbs = self._mine(idx), o.micro_batch_size
+        n_micro = _micro_count(len(idx), self.dist.world_size, mbs)
+        self.optimizer.zero_grad(set_to_none=True)
+        local = _UpdateStats()
+        for k in range(n_micro):
+            if self.config.dist.accumulate_unsharded:
+                self.model.set_requires_gradient_sync(k == n_micro - 1)
+            mid = mine[k * mbs : (k + 1) * mbs]
+            if not mid:
+                self._idle_forward(samples[int(idx[0])], backward=True)
+                continue
+            rows = OldLogprobs([old.old[i] for i in mid], None if old.ref is None else [old.ref[i] for i in mid])
+            local.add_micro(*self._micro_step([samples[i] for i in mid], rows, norm))
+        _merge_stats(stats, self._gather((local.values, local.mismatch, local.mismatch_n)))
+        stats.add_step(self._clip(o.grad_clip))
+        self.optimizer.step()
+
+    def _clip(self, max_norm: float) -> float:
+        """Clip the (sharded) gradients to `max_norm` over the whole model; the total norm before clipping."""
+        if max_norm <= 0:
+            return 0.0
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        gn = torch.nn.utils.clip_grad_norm_(params, max_norm)
+        return float(gn.full_tensor() if hasattr(gn, "full_tensor") else gn)
+
+    # ------------------------------------------------------------------ checkpoints
+    def save(self):
+        from trace_gym.trainers.dist_ckpt import save_sharded
+
+        return save_sharded(self)
+
+    def load(self) -> bool:
+        from trace_gym.trainers.dist_ckpt import load_sharded
+
+        return load_sharded(self)
+
+    def close(self) -> None:
+        """Leave the process group."""
+        if torch.distributed.is_initialized():
+            torch.distributed.destroy_process_group()
+
+
+def _merge_stats(stats: _UpdateStats, parts: list[tuple[dict[str, list[tuple[float, float]]], float, float]]) -> None:
+    """Add every rank's micro-batch statistics of one optimiser step to `stats` (sums over ranks:
+    each micro-batch loss is a share of the whole mini-batch's loss)."""
+    for values, mismatch, mismatch_n in parts:
+        for k, vals in values.items():
+            if k != "grad_norm":
+                stats.values[k].extend(vals)
+        stats.mismatch += mismatch
+        stats.mismatch_n += mismatch_n
+
+
+def make_trainer(cfg: TrainConfig, **parts: Any) -> Trainer:
+    """A `ShardedTrainer` when `cfg` runs sharded in this process (`wants_sharding`), else a `Trainer`."""
+    return ShardedTrainer(cfg, **parts) if wants_sharding(cfg) else Trainer(cfg, **parts)
+
