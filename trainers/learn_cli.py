@@ -122,9 +122,13 @@ def goals(arms: dict[str, Any], comps: dict[str, Any], proto: dict[str, Any]) ->
     share = arms.get("trace", {}).get("cost_to_target_share")
     c = comps.get("trace_vs_treepo", {})
     limit = proto["comparisons"]["cost_goal"]
+    target = arms.get(proto["comparisons"]["target_arm"], {})
+    # a target at or below the starting success is reached at cost 0 by every arm: no evidence
+    learned = bool(target) and target["final_success"] > target["initial_success"]
     return [
         {"goal": f"trace reaches grpo's final success with <= {limit:.0%} of grpo's accounted cost",
-         "value": share, "met": share is not None and share <= limit},
+         "value": share, "met": learned and share is not None and share <= limit,
+         **({} if learned else {"note": "grpo's final success is not above the initial success: nothing to reach"})},
         {"goal": "trace beats treepo on AUC (Holm p < 0.05)", "value": c.get("effect"),
          "p_value": c.get("p_value"), "met": bool(c) and c["effect"] > 0 and c["p_value"] < proto["comparisons"]["alpha"]},
     ]
@@ -174,7 +178,8 @@ def table(rep: dict[str, Any]) -> str:
         lines.append(f"{name:<40} {c['family']:<9} AUC diff {c['effect']:+.4f} +- {c['effect_ci95']:.4f}  "
                      f"p(Holm) {c['p_value']:.4g}  (raw {c['p_value_raw']:.4g}, {c['seeds']} seeds)")
     for g in rep["goals"]:
-        lines.append(f"goal: {g['goal']}: {g['value']} -> {'met' if g['met'] else 'not met'}")
+        note = f" ({g['note']})" if "note" in g else ""
+        lines.append(f"goal: {g['goal']}: {g['value']} -> {'met' if g['met'] else 'not met'}{note}")
     return "\n".join(lines)
 
 

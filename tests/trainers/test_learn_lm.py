@@ -70,3 +70,15 @@ def test_bench_learn_tiny_lm_end_to_end(tmp_path):
             assert all(r["measured_turns"] > 0 and r["generated_tokens"] > 0 for r in rows)
     assert any(r.get("trained_tokens", 0) > 0 and r.get("grad_norm", 0) > 0 for r in steps)  # the LM was trained
     assert (tmp_path / "out" / "curve_cost.png").exists() and (tmp_path / "out" / "runs" / "trace-s0").is_dir()
+
+
+def test_cost_goal_needs_a_target_above_the_start():
+    from trace_gym.trainers.learn_cli import goals
+
+    proto = lb.load_protocol(lb.TINY_LM_PROTOCOL)
+    comps = {"trace_vs_treepo": {"effect": 0.01, "p_value": 0.5}}
+    flat = {"trace": {"cost_to_target_share": 0.0}, "grpo": {"initial_success": 0.5, "final_success": 0.49}}
+    g = goals(flat, comps, proto)[0]
+    assert not g["met"] and "nothing to reach" in g["note"]
+    rose = {"trace": {"cost_to_target_share": 0.5}, "grpo": {"initial_success": 0.5, "final_success": 0.6}}
+    assert goals(rose, comps, proto)[0]["met"] and "note" not in goals(rose, comps, proto)[0]
