@@ -28,6 +28,8 @@ from trace_gym.seeding import stable_seed
 __all__ = ["LearnConfig", "check_protocol", "config_from_protocol", "heldout_tasks", "load_protocol", "run_arm", "task_stream"]
 
 DEFAULT_PROTOCOL = Path(__file__).resolve().parent.parent / "configs" / "learn_protocol" / "v1.toml"
+#: the tiny-LM arms' protocol (`trace_gym.trainers.learn_lm`)
+TINY_LM_PROTOCOL = DEFAULT_PROTOCOL.with_name("tiny_lm_v1.toml")
 
 
 @dataclass
@@ -54,6 +56,15 @@ class LearnConfig:
     clip_high: float = 0.28
     aggregation: str = "token_mean"
     progress: bool = True
+    #: "softmax" (`sim_learner.LearnedSimPolicy`, exact evaluation) or "tiny-lm"
+    #: (`learn_lm`: the LLM trainer on the tiny Qwen3, sampled evaluation)
+    learner: str = "softmax"
+    #: episodes per held-out task (sampled evaluation only)
+    eval_samples: int = 1
+    #: the protocol's [learner] table (the tiny LM's warm start and optimiser settings)
+    lm: dict[str, Any] = field(default_factory=dict)
+    #: where tiny-LM runs keep their trainer directories (None: a temporary directory)
+    work_dir: str | None = None
 
     @property
     def accounted_budget(self) -> float:
@@ -79,7 +90,8 @@ def config_from_protocol(proto: dict[str, Any], **over: Any) -> LearnConfig:
         replay_cost=b["replay_cost"], group_size=b["group_size"], m_max=b["m_max"], candidates=b["candidates"],
         predictor=b["predictor"], train_pool_base=t["train_pool_base"], heldout_pool_base=t["heldout_pool_base"],
         heldout_tasks=t["heldout_tasks"], eval_every=t["eval_every"], lr=lr["lr"], clip_low=lr["clip_low"],
-        clip_high=lr["clip_high"], aggregation=lr["aggregation"],
+        clip_high=lr["clip_high"], aggregation=lr["aggregation"], learner=proto["protocol"].get("learner", "softmax"),
+        eval_samples=t.get("eval_samples", 1), lm=dict(lr),
     )
     for k, v in over.items():
         if v is not None:

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 from trace_gym.trainers.learn_bench import (
     DEFAULT_PROTOCOL,
+    TINY_LM_PROTOCOL,
     check_protocol,
     config_from_protocol,
     load_protocol,
@@ -23,6 +24,7 @@ from trace_gym.trainers.learn_stats import (
     cost_to_target,
     holm,
     mean_ci95,
+    paired_t,
     wilcoxon_signed_rank,
 )
 
@@ -72,13 +74,30 @@ def summarise(records: list[dict[str, Any]], target_arm: str = "grpo") -> dict[s
             "accounted_cost_per_step": float(np.mean([r["accounted_cost"] for r in steps])),
             "measured_turns_per_step": float(np.mean([r["measured_turns"] for r in steps])),
             "generated_tokens_per_step": float(np.mean([r["generated_tokens"] for r in steps])),
-            "seeds": len(per_seed), "per_seed_auc": a,
+            "seeds": len(per_seed), "per_seed_auc": a, **_sampling_noise(records, arm),
         }
     return arms
 
 
-def comparisons(arms: dict[str, dict[str, Any]], primary: list[list[str]]) -> dict[str, dict[str, Any]]:
-    """Paired AUC differences per seed; Wilcoxon p-values, Holm-corrected within each family."""
+def _sampling_noise(records: list[dict[str, Any]], arm: str) -> dict[str, Any]:
+    """Sampled evaluation only: episodes per evaluation point and the binomial SE of the
+    seed-mean final success (sqrt(sum SE_i^2) / seeds); nothing for exact evaluation."""
+    last: dict[int, dict[str, Any]] = {}
+    for r in records:
+        if r["arm"] == arm and r.get("success_se") is not None and r["step"] >= last.get(r["seed"], {}).get("step", -2):
+            last[r["seed"]] = r
+    if not last:
+        return {}
+    se = [r["success_se"] for r in last.values()]
+    return {"eval_episodes": int(next(iter(last.values()))["eval_episodes"]),
+            "final_success_binomial_se": float(np.sqrt(np.sum(np.square(se)))) / len(se)}
+
+
+def comparisons(arms: dict[str, dict[str, Any]], primary: list[list[str]], test: str = "wilcoxon") -> dict[str, dict[str, Any]]:
+    """Paired AUC differences per seed; p-values of the registered `test` ("wilcoxon" or
+    "paired_t", both reported), Holm-corrected within each family."""
+    if test not in ("wilcoxon", "paired_t"):
+        raise ConfigError(f"the protocol's test must be 'wilcoxon' or 'paired_t', got {test!r}")
     fams: dict[str, list[tuple[str, str]]] = {"primary": [(a, b) for a, b in primary if a in arms and b in arms]}
     done = {x for pair in fams["primary"] for x in pair}
     fams["secondary"] = [(x, "trace") for x in arms if x not in done and "trace" in arms and x != "trace"]
@@ -89,8 +108,10 @@ def comparisons(arms: dict[str, dict[str, Any]], primary: list[list[str]]) -> di
             n = min(arms[a]["seeds"], arms[b]["seeds"])
             d = np.subtract(arms[a]["per_seed_auc"][:n], arms[b]["per_seed_auc"][:n])
             m, h = mean_ci95(d)
-            raw.append(wilcoxon_signed_rank(d))
-            out[f"{a}_vs_{b}"] = {"family": fam, "effect": m, "effect_ci95": h, "seeds": int(n), "p_value_raw": raw[-1]}
+            pw, pt = wilcoxon_signed_rank(d), paired_t(d)
+            raw.append(pw if test == "wilcoxon" else pt)
+            out[f"{a}_vs_{b}"] = {"family": fam, "effect": m, "effect_ci95": h, "seeds": int(n), "test": test,
+                                  "p_value_raw": raw[-1], "p_wilcoxon_raw": pw, "p_t_raw": pt}
         for (a, b), p in zip(pairs, holm(raw), strict=True):
             out[f"{a}_vs_{b}"]["p_value"] = p
     return out
@@ -101,9 +122,13 @@ def goals(arms: dict[str, Any], comps: dict[str, Any], proto: dict[str, Any]) ->
     share = arms.get("trace", {}).get("cost_to_target_share")
     c = comps.get("trace_vs_treepo", {})
     limit = proto["comparisons"]["cost_goal"]
+    target = arms.get(proto["comparisons"]["target_arm"], {})
+    # a target at or below the starting success is reached at cost 0 by every arm: no evidence
+    learned = bool(target) and target["final_success"] > target["initial_success"]
     return [
         {"goal": f"trace reaches grpo's final success with <= {limit:.0%} of grpo's accounted cost",
-         "value": share, "met": share is not None and share <= limit},
+         "value": share, "met": learned and share is not None and share <= limit,
+         **({} if learned else {"note": "grpo's final success is not above the initial success: nothing to reach"})},
         {"goal": "trace beats treepo on AUC (Holm p < 0.05)", "value": c.get("effect"),
          "p_value": c.get("p_value"), "met": bool(c) and c["effect"] > 0 and c["p_value"] < proto["comparisons"]["alpha"]},
     ]
@@ -116,18 +141,24 @@ def compare(cfg: Any, arms: list[str], proto: dict[str, Any], protocol_info: dic
     unknown_arms = [a for a in arms if a not in cfg.arms]
     if unknown_arms:
         raise ConfigError(f"unknown arm(s) {', '.join(unknown_arms)}; choose from {', '.join(cfg.arms)}")
+    if cfg.learner == "tiny-lm":
+        from trace_gym.trainers.learn_lm import run_lm_arm as run
+    else:
+        run = run_arm
     records: list[dict[str, Any]] = []
     with tqdm(total=len(arms) * cfg.seeds * cfg.steps, disable=not cfg.progress, desc=f"learn {cfg.preset}") as bar:
         for seed in range(cfg.seeds):
             for arm in arms:
-                records += run_arm(cfg, arm, seed, tick=bar.update)
+                records += run(cfg, arm, seed, tick=bar.update)
     target = proto["comparisons"]["target_arm"]
     summary = summarise(records, target)
-    comps = comparisons(summary, proto["comparisons"]["primary"])
+    comps = comparisons(summary, proto["comparisons"]["primary"], proto["comparisons"].get("test", "wilcoxon"))
     return {"preset": cfg.preset, "arms": summary, "comparisons": comps, "goals": goals(summary, comps, proto),
             "protocol": {**protocol_info, "seeds": list(range(cfg.seeds)), "steps": cfg.steps,
                          "accounted_budget_per_step": cfg.accounted_budget, "heldout_tasks": cfg.heldout_tasks,
-                         "roots": cfg.roots, "replays": cfg.replays, "candidates": cfg.candidates},
+                         "roots": cfg.roots, "replays": cfg.replays, "candidates": cfg.candidates,
+                         "learner": cfg.learner, "evaluation": proto["tasks"].get("evaluation", "exact"),
+                         "eval_samples": cfg.eval_samples if cfg.learner == "tiny-lm" else None},
             "records": records}
 
 
@@ -139,11 +170,16 @@ def table(rep: dict[str, Any]) -> str:
         lines.append(f"{arm:<30} {r['auc']:>8.4f} +- {r['auc_ci95']:<6.4f} {r['auc_turns']:>8.4f} +- {r['auc_turns_ci95']:<6.4f} "
                      f"{r['final_success']:>8.4f} +- {r['final_success_ci95']:<6.4f} {ctt:>13} {r['accounted_cost_per_step']:>9.1f} "
                      f"{r['measured_turns_per_step']:>10.1f}")
+    for arm, r in rep["arms"].items():
+        if "eval_episodes" in r:
+            lines.append(f"{arm}: sampled evaluation, {r['eval_episodes']} episodes per point per seed; binomial SE of "
+                         f"the seed-mean final success {r['final_success_binomial_se']:.4f}")
     for name, c in rep["comparisons"].items():
         lines.append(f"{name:<40} {c['family']:<9} AUC diff {c['effect']:+.4f} +- {c['effect_ci95']:.4f}  "
                      f"p(Holm) {c['p_value']:.4g}  (raw {c['p_value_raw']:.4g}, {c['seeds']} seeds)")
     for g in rep["goals"]:
-        lines.append(f"goal: {g['goal']}: {g['value']} -> {'met' if g['met'] else 'not met'}")
+        note = f" ({g['note']})" if "note" in g else ""
+        lines.append(f"goal: {g['goal']}: {g['value']} -> {'met' if g['met'] else 'not met'}{note}")
     return "\n".join(lines)
 
 
@@ -164,7 +200,7 @@ def _plot(rep: dict[str, Any], out: Path, key: str) -> Path:
         ax.plot(x, m, label=arm)
         ax.fill_between(x, m - h, m + h, alpha=0.2)
     ax.set_xlabel("cumulative accounted cost" if key == "cost" else "cumulative measured turns")
-    ax.set_ylabel("exact held-out success")
+    ax.set_ylabel(f"{rep['protocol'].get('evaluation', 'exact')} held-out success")
     ax.set_title(f"{rep['preset']}: mean and 95% CI over {len(rep['protocol']['seeds'])} seeds")
     ax.legend(fontsize=8)
     path = out / f"curve_{key}.png"
@@ -235,15 +271,19 @@ def write_outputs(rep: dict[str, Any], out: Path, command: list[str]) -> None:
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="trace-gym bench learn", description=__doc__)
+    p.add_argument("--learner", choices=("softmax", "tiny-lm"), default="softmax",
+                   help="softmax: the simulator learner (exact evaluation); tiny-lm: the LLM trainer on the tiny Qwen3")
     p.add_argument("--preset", default="math")
     p.add_argument("--arms", default="trace,treepo,trace_roots,grpo", help="comma-separated arm names of the protocol")
     p.add_argument("--seeds", type=int, default=None, help="paired seeds 0..S-1 (protocol: 20)")
     p.add_argument("--steps", type=int, default=None, help="training steps per run (protocol: 60)")
     p.add_argument("--heldout", type=int, default=None, help="held-out tasks (protocol: 1024)")
     p.add_argument("--eval-every", type=int, default=None)
+    p.add_argument("--eval-samples", type=int, default=None, help="episodes per held-out task (tiny-lm; protocol: 4)")
     p.add_argument("--roots", type=int, default=None, help="override M (a deviation, recorded)")
     p.add_argument("--candidates", type=int, default=None, help="override candidates per step (a deviation, recorded)")
-    p.add_argument("--protocol", type=Path, default=DEFAULT_PROTOCOL)
+    p.add_argument("--protocol", type=Path, default=None,
+                   help=f"default: {DEFAULT_PROTOCOL.name} (softmax) or {TINY_LM_PROTOCOL.name} (tiny-lm)")
     p.add_argument("--json", type=Path, default=None)
     p.add_argument("--out", type=Path, default=None)
     p.add_argument("--no-progress", action="store_true")
@@ -260,14 +300,20 @@ def main(argv: list[str] | None = None) -> int:
         if args.preset not in PRESETS:
             raise ConfigError(f"--preset must be one of {', '.join(PRESETS)}, got {args.preset!r}")
         arms = [a for a in args.arms.split(",") if a]
-        proto = load_protocol(args.protocol)
-        info: dict[str, Any] = {"file": str(args.protocol), "sha256": check_protocol(args.protocol) if len(arms) > 1 else None}
+        path = args.protocol or (TINY_LM_PROTOCOL if args.learner == "tiny-lm" else DEFAULT_PROTOCOL)
+        proto = load_protocol(path)
+        if proto["protocol"].get("learner", "softmax") != args.learner:
+            raise ConfigError(f"protocol {path} is for learner {proto['protocol'].get('learner', 'softmax')!r}, "
+                              f"not --learner {args.learner}")
+        info: dict[str, Any] = {"file": str(path), "sha256": check_protocol(path) if len(arms) > 1 else None}
         over = {"preset": args.preset, "seeds": args.seeds, "steps": args.steps, "heldout_tasks": args.heldout,
-                "eval_every": args.eval_every, "roots": args.roots, "candidates": args.candidates, "progress": not args.no_progress}
+                "eval_every": args.eval_every, "eval_samples": args.eval_samples, "roots": args.roots,
+                "candidates": args.candidates, "progress": not args.no_progress,
+                "work_dir": str(args.out / "runs") if args.out else None}
         cfg = config_from_protocol(proto, **over)
-        if cfg.seeds < 1 or cfg.steps < 1 or cfg.heldout_tasks < 1 or cfg.eval_every < 1:
-            raise ConfigError("need --seeds, --steps, --heldout and --eval-every >= 1")
-        info["deviations"] = {k: v for k, v in over.items() if k in ("roots", "candidates") and v is not None}
+        if min(cfg.seeds, cfg.steps, cfg.heldout_tasks, cfg.eval_every, cfg.eval_samples) < 1:
+            raise ConfigError("need --seeds, --steps, --heldout, --eval-every and --eval-samples >= 1")
+        info["deviations"] = {k: v for k, v in over.items() if k in ("roots", "candidates", "eval_samples") and v is not None}
         rep = compare(cfg, arms, proto, info)
     except ConfigError as e:
         print(f"trace-gym bench learn: {e}", file=sys.stderr)

@@ -1,7 +1,9 @@
-"""Statistics of `bench learn`: AUC, cost to target, t intervals, Wilcoxon signed-rank, Holm.
+"""Statistics of `bench learn`: AUC, cost to target, t intervals, Wilcoxon signed-rank,
+the paired t-test, Holm.
 
 Pure numpy (no scipy): the Wilcoxon null is exact (subset-sum counts of the ranks) for
-n <= 25 non-zero differences without ties, a tie-corrected normal approximation otherwise.
+n <= 25 non-zero differences without ties, a tie-corrected normal approximation otherwise;
+the t-test's p-value is the regularised incomplete beta function (continued fraction).
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-__all__ = ["auc", "cost_to_target", "holm", "mean_ci95", "t95", "wilcoxon_signed_rank"]
+__all__ = ["auc", "cost_to_target", "holm", "mean_ci95", "paired_t", "t95", "wilcoxon_signed_rank"]
 
 #: two-sided 95% Student-t quantiles, df = 1..30
 _T95 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160,
@@ -99,6 +101,48 @@ def wilcoxon_signed_rank(diffs: Sequence[float]) -> float:
         return 1.0
     z = (abs(w - mean) - 0.5) / math.sqrt(var)
     return float(min(1.0, math.erfc(max(z, 0.0) / math.sqrt(2.0))))
+
+
+def _betacf(a: float, b: float, x: float) -> float:
+    """Continued fraction of the regularised incomplete beta (modified Lentz)."""
+    tiny = 1e-300
+    c, d = 1.0, 1.0 - (a + b) * x / (a + 1.0)
+    d = 1.0 / (d if abs(d) > tiny else tiny)
+    h = d
+    for m in range(1, 300):
+        for num in (m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),
+                    -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1))):
+            d = 1.0 + num * d
+            d = 1.0 / (d if abs(d) > tiny else tiny)
+            c = 1.0 + num / c
+            c = c if abs(c) > tiny else tiny
+            h *= d * c
+        if abs(d * c - 1.0) < 1e-14:
+            break
+    return h
+
+
+def betainc(a: float, b: float, x: float) -> float:
+    """Regularised incomplete beta I_x(a, b) for a, b > 0 and 0 <= x <= 1."""
+    if x <= 0.0 or x >= 1.0:
+        return 0.0 if x <= 0.0 else 1.0
+    lfront = math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x)
+    if x < (a + 1.0) / (a + b + 2.0):
+        return math.exp(lfront) / a * _betacf(a, b, x)
+    return 1.0 - math.exp(lfront) / b * _betacf(b, a, 1.0 - x)
+
+
+def paired_t(diffs: Sequence[float]) -> float:
+    """Two-sided p-value of the one-sample t-test of mean(diffs) = 0 (1.0 when undefined)."""
+    d = np.asarray(diffs, dtype=float)
+    if d.size < 2:
+        return 1.0
+    sd = float(d.std(ddof=1))
+    if sd == 0.0:
+        return 1.0 if float(d.mean()) == 0.0 else 0.0
+    t = float(d.mean()) / (sd / math.sqrt(d.size))
+    df = d.size - 1.0
+    return float(min(1.0, betainc(0.5 * df, 0.5, df / (df + t * t))))
 
 
 def holm(pvalues: Sequence[float]) -> list[float]:

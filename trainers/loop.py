@@ -467,6 +467,7 @@ class Trainer:
             "roots": rep.roots,
             "replays": rep.replays,
             "accounted_cost": rep.accounted_cost,
+            "measured_turns": rep.measured_turns,
             "generated_tokens": rep.generated_tokens,
             "failed_branches": rep.failed_branches,
             **counts,

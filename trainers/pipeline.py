@@ -72,7 +72,11 @@ def pipeline_preset() -> Any:
 
     from trace_gym.sim import get_preset
 
-    return replace(get_preset("math-luck"), name="learnable", base_sd=1.0, delta_sd=3.0)
+    # The stem must be set with the name: since simulator v2 a preset's task ids and task
+    # draws key on `stem` (math-luck's is "math"), so name="learnable" alone would make the
+    # RL pool sim-math-0-0..7 - the very prompts (and rescaled draws) the warm start was
+    # fine-tuned on, which RL then barely moves (docs/trainers.md, "Pipeline check").
+    return replace(get_preset("math-luck"), name="learnable", stem="learnable", base_sd=1.0, delta_sd=3.0)
 
 
 def method_config(method: str, seed: int, steps: int, out_dir: str, *, roots: int = 16, replays: float = 1.0,

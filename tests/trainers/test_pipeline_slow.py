@@ -29,6 +29,7 @@ def test_char_model_learns_the_guess_task(tmp_path, policy_factory, guess_env_fa
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)  # 9 runs x 30 steps: 6 min quiet, but it hit the default 600 s at load 10+
 def test_sim_pipeline_three_methods_three_seeds(tmp_path):
     pytest.importorskip("transformers")
     from trace_gym.trainers.pipeline import METHODS, compare
