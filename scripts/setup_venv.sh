@@ -49,6 +49,10 @@ export PIP_DISABLE_PIP_VERSION_CHECK=1
 # need the antlr4 4.9.3 runtime (math-verify's parser runs on it too)
 case ",$EXTRAS," in *,all,*|*,verl,*)
   "$PY" -m pip install -q --no-deps "verl==0.9.1" "hydra-core==1.3.2" "omegaconf==2.3.0" \
-    "antlr4-python3-runtime==4.9.3" ;;
+    "antlr4-python3-runtime==4.9.3"
+  # verl's wheel also ships its own top-level `tests` package; in site-packages it shadows
+  # this project's tests/ wherever the checkout is not first on sys.path (Ray workers
+  # unpickling test helpers by module name), so it goes (tests/test_ci.py checks)
+  "$PY" -c 'import pathlib, shutil, sysconfig; t = pathlib.Path(sysconfig.get_paths()["purelib"], "tests"); (t / "special_e2e").is_dir() and shutil.rmtree(t)' ;;
 esac
 echo "$WANT" > "$STAMP"

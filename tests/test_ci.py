@@ -69,3 +69,17 @@ def test_ci_runs_the_pyserini_tests_in_their_own_fresh_venv_where_they_cannot_sk
     assert marked, "no test is marked pyserini"
     # the step runs tests/hotpotqa only (the rest of the suite needs the main venv's extras)
     assert all(p.parent.name == "hotpotqa" for p in marked), marked
+
+
+def test_no_installed_package_shadows_the_project_tests_package():
+    """A top-level `tests` in site-packages (verl's wheel ships one) wins over this checkout's
+    tests/ in any process that does not put the checkout first on sys.path: Ray workers
+    then fail to unpickle test helpers ("No module named 'tests.distributed'")."""
+    import subprocess
+    import sys
+
+    found = subprocess.run(
+        [sys.executable, "-c", "import importlib.util as u; s = u.find_spec('tests'); print(s and s.origin)"],
+        cwd="/", capture_output=True, text=True, check=True,
+    ).stdout.strip()
+    assert found in ("None", ""), f"an installed package provides a top-level `tests`: {found}"

@@ -146,7 +146,9 @@ class MixtureEnv(TraceEnv):
         options = dict(options or {})
         task = options.get("task")
         if task is None:
-            task = self.task_ids[int(self._np_random.integers(len(self.task_ids)))]  # type: ignore[union-attr]
+            if self._np_random is None:  # reset(seed=None) before any seed: an unseeded draw, as gymnasium does
+                self._np_random, _ = gym.utils.seeding.np_random()
+            task = self.task_ids[int(self._np_random.integers(len(self.task_ids)))]
         member, _, inner = str(task).partition(SEP)
         self.member(member_of(str(task)))
         self._active = member

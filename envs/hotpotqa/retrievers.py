@@ -17,6 +17,8 @@ corpus and cached on disk), a saved index directory, or an ``http://`` URL of a
 
 from __future__ import annotations
 
+import contextlib
+
 import copy
 import hashlib
 import json
@@ -111,7 +113,8 @@ class BM25Retriever(Retriever):
             self._warm = True
 
     def _save_index(self, path: Path) -> None:
-        self._bm25.save(str(path / "bm25"), show_progress=False)
+        with _stdlib_json_in_bm25s():
+            self._bm25.save(str(path / "bm25"), show_progress=False)
         self._tok.save_vocab(str(path / "bm25"))
 
     @classmethod
@@ -274,3 +277,19 @@ def open_retriever(spec: str | Retriever, passages: Sequence[Passage] | None = N
     raise ConfigError(
         f"retriever {spec!r} is neither a kind ({', '.join(KINDS)}), an index directory, nor an http(s) URL"
     )
+
+
+@contextlib.contextmanager
+def _stdlib_json_in_bm25s():
+    """bm25s writes its vocabulary with orjson whenever orjson is installed (tensordict, a
+    dependency of the verl extra, installs it), and orjson refuses the int keys of a
+    vocabulary built from token ids ("Dict key must be str"). The standard library writes
+    them as strings, the form bm25s has always read back."""
+    from bm25s.utils import json_functions
+
+    saved = json_functions.dumps
+    json_functions.dumps = json_functions.dumps_with_builtin
+    try:
+        yield
+    finally:
+        json_functions.dumps = saved
