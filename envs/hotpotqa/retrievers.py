@@ -18,7 +18,6 @@ corpus and cached on disk), a saved index directory, or an ``http://`` URL of a
 from __future__ import annotations
 
 import contextlib
-
 import copy
 import hashlib
 import json
