@@ -73,7 +73,7 @@ def _plain(config: Any) -> Any:
 def collect(config: Any = None, *, argv: list[str] | None = None) -> dict[str, Any]:
     """The provenance record (see the module docstring)."""
     return {
-        "created_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "created_utc": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
         "command": list(sys.argv if argv is None else argv),
         "cwd": str(Path.cwd()),
         "config": _plain(config),

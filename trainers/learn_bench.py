@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import hashlib
 import subprocess
+import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import tomllib
 
 from trace_gym.errors import ConfigError
 from trace_gym.seeding import stable_seed

@@ -81,7 +81,7 @@ async def _client(port: int, bodies: list[bytes], start: int, stop_at: float, bu
             if conn is None:
                 conn = await asyncio.wait_for(asyncio.open_connection("127.0.0.1", port), timeout)
             status = await asyncio.wait_for(_one(*conn, req), timeout)
-        except (OSError, asyncio.IncompleteReadError, asyncio.TimeoutError, ValueError, StopIteration) as e:
+        except (TimeoutError, OSError, asyncio.IncompleteReadError, ValueError, StopIteration) as e:
             out.error(type(e).__name__)
             if conn is not None:
                 conn[1].close()

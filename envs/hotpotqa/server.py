@@ -241,7 +241,7 @@ async def _read_body(request: Any, limits: ServerLimits) -> bytes:
 
     try:
         body = await asyncio.wait_for(read(), limits.read_timeout_s)
-    except asyncio.TimeoutError as e:
+    except TimeoutError as e:
         raise BadRequest(408, f"the body did not arrive within {limits.read_timeout_s} s") from e
     if not body:
         raise BadRequest(411, f"send a JSON body; {_USAGE}")
@@ -269,7 +269,7 @@ def make_app(retriever: Retriever, limits: ServerLimits = ServerLimits()) -> Any
             results = await asyncio.wait_for(batcher.search(queries, topk), limits.search_timeout_s)
         except BadRequest as e:
             return reply(e.status, {"error": str(e)})
-        except asyncio.TimeoutError:
+        except TimeoutError:
             return reply(504, {"error": f"the search took over {limits.search_timeout_s} s; retry or send fewer queries"})
         except Exception as e:  # a failing backend is reported, the server keeps serving
             return reply(500, {"error": f"retrieval failed: {type(e).__name__}: {e}"})
