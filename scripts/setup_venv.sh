@@ -4,7 +4,7 @@
 # Installs torch==2.13.0 first when torch is absent (a bare `torch` requirement would
 # pull a multi-GB CUDA build), then the project (editable) with EXTRAS, then bfcl-eval
 # without its dependencies (its full set pins numpy 1.26 and API clients) plus mpmath,
-# then (EXTRAS all or verl) verl's agent-loop interfaces without verl's dependency set.
+# then (EXTRAS with verl) verl's agent-loop interfaces without verl's dependency set.
 set -euo pipefail
 VENV=${1:-.venv}
 EXTRAS=${2:-all}
@@ -46,8 +46,10 @@ export PIP_DISABLE_PIP_VERSION_CHECK=1
 "$PY" -m pip install -q "mpmath>=1.3"
 # verl's agent-loop interfaces (trace_gym.trainers.verl_adapter), without verl's own
 # dependency set (see the `verl` extra in pyproject.toml for why); hydra-core and omegaconf
-# need the antlr4 4.9.3 runtime (math-verify's parser runs on it too)
-case ",$EXTRAS," in *,all,*|*,verl,*)
+# need the antlr4 4.9.3 runtime, and math-verify's LaTeX parser judges some answers
+# differently on 4.9.3 than on its own 4.13.2 ("25" vs "25\%"), so verl gets a venv of its
+# own (scripts/setup_verl_venv.sh) and `all` leaves it out
+case ",$EXTRAS," in *,verl,*)
   "$PY" -m pip install -q --no-deps "verl==0.9.1" "hydra-core==1.3.2" "omegaconf==2.3.0" \
     "antlr4-python3-runtime==4.9.3"
   # verl's wheel also ships its own top-level `tests` package; in site-packages it shadows
