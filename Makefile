@@ -29,5 +29,7 @@ bench: setup
 	$(PY) -m trace_gym.cli bench retrieval
 	$(PY) -m trace_gym.cli bench bfcl
 
+# ruff is pinned in the dev extra: another version formats differently
 lint: setup
 	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .

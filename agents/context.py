@@ -89,7 +89,9 @@ class ChatTokens:
                 ids.add(i)
         return ids
 
-    def _render(self, messages: list[dict], *, tools=None, add_generation_prompt: bool, **kw) -> str:
+    def _render(
+        self, messages: list[dict], *, tools=None, add_generation_prompt: bool, **kw
+    ) -> str:
         return self.tokenizer.apply_chat_template(
             messages, tools=tools, tokenize=False, add_generation_prompt=add_generation_prompt, **kw
         )
@@ -107,7 +109,9 @@ class ChatTokens:
             {"role": "system", "content": system_prompt(conv, fmt, native_tools=self.native_tools)},
             {"role": "user", "content": conv.prompt},
         ]
-        text = self._render(messages, tools=tools, add_generation_prompt=True, **fmt.template_kwargs)
+        text = self._render(
+            messages, tools=tools, add_generation_prompt=True, **fmt.template_kwargs
+        )
         return self.encode(text)
 
     def wrap(self, fmt: ReActFormat, role: str | None = None) -> tuple[str, str]:
@@ -149,7 +153,12 @@ class ChatTokens:
         """
         between, after = self.wrap(fmt, role)
         ids = self.encode(between)
-        if prev_token_ids and prev_token_ids[-1] in self.eos_ids and ids and ids[0] == prev_token_ids[-1]:
+        if (
+            prev_token_ids
+            and prev_token_ids[-1] in self.eos_ids
+            and ids
+            and ids[0] == prev_token_ids[-1]
+        ):
             ids = ids[1:]  # the model already closed its turn
         return ids + self.encode(observation, split_special=True) + self.encode(after)
 
@@ -161,11 +170,17 @@ class ChatTokens:
     def context(self, conv: Conversation) -> Context:
         """The full context of `conv` from its token ids (see the module docstring)."""
         fmt = self.format(conv.env_id)
-        prompt = list(conv.prompt_token_ids) if conv.prompt_token_ids is not None else self.prompt_ids(conv)
+        prompt = (
+            list(conv.prompt_token_ids)
+            if conv.prompt_token_ids is not None
+            else self.prompt_ids(conv)
+        )
         ids = list(prompt)
         appended = list(prompt) if not conv.turns else []
         for k, turn in enumerate(conv.turns):
-            gen = list(turn.token_ids) if turn.token_ids is not None else self.action_ids(turn.action)
+            gen = (
+                list(turn.token_ids) if turn.token_ids is not None else self.action_ids(turn.action)
+            )
             ids += gen
             if turn.obs_token_ids is not None:
                 obs = list(turn.obs_token_ids)

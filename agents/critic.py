@@ -103,7 +103,9 @@ class CriticPredictor:
         eos = self.tokenizer.eos_token_id
         self.end = [eos] if eos is not None else []
         torch.manual_seed(seed)
-        self.backbone = transformers.AutoModel.from_pretrained(model_path, dtype=torch.float32).to(self.device)
+        self.backbone = transformers.AutoModel.from_pretrained(model_path, dtype=torch.float32).to(
+            self.device
+        )
         hidden = self.backbone.config.hidden_size
         self.pooling = pooling
         self.head = torch.nn.Linear(hidden * _POOLING[pooling], 1).to(self.device)
@@ -116,7 +118,11 @@ class CriticPredictor:
             ],
             weight_decay=weight_decay,
         )
-        self.max_tokens, self.epochs, self.batch_size = int(max_tokens), int(epochs), int(batch_size)
+        self.max_tokens, self.epochs, self.batch_size = (
+            int(max_tokens),
+            int(epochs),
+            int(batch_size),
+        )
         self.prefix_share = float(prefix_share)
         self.rng = np.random.default_rng(seed)
         self.updates = 0
@@ -151,7 +157,9 @@ class CriticPredictor:
             hidden = self.backbone(
                 input_ids=ids, attention_mask=mask
             ).last_hidden_state  # [B, T, H]
-        last = hidden[torch.arange(len(rows), device=self.device), mask.sum(1) - 1].float()  # [B, H]
+        last = hidden[
+            torch.arange(len(rows), device=self.device), mask.sum(1) - 1
+        ].float()  # [B, H]
         if self.pooling == "last+mean":
             m = mask.unsqueeze(-1).to(hidden.dtype)  # [B, T, 1]
             mean = ((hidden * m).sum(1) / m.sum(1)).float()  # [B, H]
@@ -217,7 +225,9 @@ class CriticPredictor:
     def state_dict(self) -> dict[str, Any]:
         """Backbone and head weights (CPU copies), the optimiser, the shuffling generator, updates."""
         return {
-            "backbone": {k: v.detach().cpu().clone() for k, v in self.backbone.state_dict().items()},
+            "backbone": {
+                k: v.detach().cpu().clone() for k, v in self.backbone.state_dict().items()
+            },
             "head": {k: v.detach().cpu().clone() for k, v in self.head.state_dict().items()},
             "optimizer": copy.deepcopy(self.opt.state_dict()),
             "rng": self.rng.bit_generator.state,

@@ -18,8 +18,16 @@ from typing import Any
 
 from trace_gym.optional import require
 
-__all__ = ["BENCH_ENVS", "bench_model_dir", "hf_policy", "raw_hf_generate", "raw_vllm_generate",
-           "vllm_engine", "vllm_env", "vllm_policy"]
+__all__ = [
+    "BENCH_ENVS",
+    "bench_model_dir",
+    "hf_policy",
+    "raw_hf_generate",
+    "raw_vllm_generate",
+    "vllm_engine",
+    "vllm_env",
+    "vllm_policy",
+]
 
 #: envs the bench model is warm-started on
 BENCH_ENVS = ("trace/Sim-v0", "trace/Math-v0", "trace/HotpotQA-v0")
@@ -49,8 +57,9 @@ def vllm_engine(model_dir: str | Path, **engine_kwargs: Any) -> Any:
     """A vLLM ``LLM`` on a model directory: fp32, prefix caching, eager, small context."""
     vllm_env()
     vllm = require("vllm", "vllm")
-    kw: dict[str, Any] = dict(dtype="float32", enable_prefix_caching=True, enforce_eager=True,
-                              max_model_len=2048, seed=0)
+    kw: dict[str, Any] = dict(
+        dtype="float32", enable_prefix_caching=True, enforce_eager=True, max_model_len=2048, seed=0
+    )
     kw.update(engine_kwargs)
     return vllm.LLM(model=str(model_dir), **kw)
 
@@ -62,8 +71,11 @@ def vllm_policy(model_dir: str | Path, llm: Any = None, **sampling: Any) -> Any:
     from trace_gym.agents.vllm_backend import VLLMPolicy
 
     llm = llm if llm is not None else vllm_engine(model_dir)
-    return VLLMPolicy(llm=llm, sampling=SamplingConfig(**sampling),
-                      formats=formats_with(_read_formats(str(model_dir))))
+    return VLLMPolicy(
+        llm=llm,
+        sampling=SamplingConfig(**sampling),
+        formats=formats_with(_read_formats(str(model_dir))),
+    )
 
 
 @dataclass
@@ -74,8 +86,15 @@ class RawRun:
     seconds: float
 
 
-def raw_hf_generate(model: Any, prompts: list[list[int]], max_new_tokens: int, *,
-                    temperature: float = 1.0, pad_id: int = 0, batch: int = 16) -> RawRun:
+def raw_hf_generate(
+    model: Any,
+    prompts: list[list[int]],
+    max_new_tokens: int,
+    *,
+    temperature: float = 1.0,
+    pad_id: int = 0,
+    batch: int = 16,
+) -> RawRun:
     """transformers ``model.generate`` on left-padded `prompts` (sampling, no stop strings)."""
     torch = require("torch", "train")
     tokens, t0 = 0, time.perf_counter()
@@ -85,17 +104,29 @@ def raw_hf_generate(model: Any, prompts: list[list[int]], max_new_tokens: int, *
         ids = torch.tensor([[pad_id] * (width - len(p)) + p for p in chunk])
         mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in chunk])
         with torch.no_grad():
-            out = model.generate(input_ids=ids, attention_mask=mask, do_sample=True, temperature=temperature,
-                                 top_p=1.0, max_new_tokens=max_new_tokens, pad_token_id=pad_id)
-        tokens += int((out[:, width:] != pad_id).sum())  # rows that stopped are padded after their eos
+            out = model.generate(
+                input_ids=ids,
+                attention_mask=mask,
+                do_sample=True,
+                temperature=temperature,
+                top_p=1.0,
+                max_new_tokens=max_new_tokens,
+                pad_token_id=pad_id,
+            )
+        tokens += int(
+            (out[:, width:] != pad_id).sum()
+        )  # rows that stopped are padded after their eos
     return RawRun(tokens, time.perf_counter() - t0)
 
 
-def raw_vllm_generate(llm: Any, prompts: list[list[int]], max_new_tokens: int, *,
-                      temperature: float = 1.0) -> RawRun:
+def raw_vllm_generate(
+    llm: Any, prompts: list[list[int]], max_new_tokens: int, *, temperature: float = 1.0
+) -> RawRun:
     """vLLM ``LLM.generate`` on token-id `prompts` (sampling, no stop strings)."""
     vllm = require("vllm", "vllm")
-    params = vllm.SamplingParams(temperature=temperature, top_p=1.0, max_tokens=max_new_tokens, seed=0)
+    params = vllm.SamplingParams(
+        temperature=temperature, top_p=1.0, max_tokens=max_new_tokens, seed=0
+    )
     t0 = time.perf_counter()
     outs = llm.generate([{"prompt_token_ids": p} for p in prompts], params, use_tqdm=False)
     return RawRun(sum(len(o.outputs[0].token_ids) for o in outs), time.perf_counter() - t0)

@@ -64,6 +64,19 @@ def _seed(*parts: Any) -> int:
     return stable_seed("eval", *parts)
 
 
+def _conversation(ep: _Ep, seed: int) -> Conversation:
+    """The conversation of a live episode, seeded by its task, sample and turn."""
+    return Conversation(
+        ep.env.unwrapped.id if hasattr(ep.env.unwrapped, "id") else "",
+        ep.task_id,
+        ep.prompt,
+        tuple(ep.turns),
+        seed=_seed(seed, ep.task_id, ep.sample, len(ep.turns) + 1),
+        reset_info=ep.info,
+        prompt_token_ids=ep.prompt_ids,
+    )
+
+
 def evaluate(
     policy: Any,
     env_factory: Callable[[], Any],
@@ -89,19 +102,16 @@ def evaluate(
             ep = pending.pop()
             ep.env = free_envs.pop() if free_envs else env_factory()
             try:
-                ep.prompt, ep.info = ep.env.reset(seed=_seed(seed, ep.task_id, ep.sample, 0), options={"task": ep.task_id})
+                ep.prompt, ep.info = ep.env.reset(
+                    seed=_seed(seed, ep.task_id, ep.sample, 0), options={"task": ep.task_id}
+                )
                 live.append(ep)
             except Exception as e:  # a task that cannot start is a failed episode
                 ep.error, ep.done = f"env.reset: {e!r}", True
                 finished.append(ep)
                 free_envs.append(ep.env)
                 bar.update(1)
-        convs = [
-            Conversation(ep.env.unwrapped.id if hasattr(ep.env.unwrapped, "id") else "", ep.task_id, ep.prompt,
-                         tuple(ep.turns), seed=_seed(seed, ep.task_id, ep.sample, len(ep.turns) + 1),
-                         reset_info=ep.info, prompt_token_ids=ep.prompt_ids)
-            for ep in live
-        ]
+        convs = [_conversation(ep, seed) for ep in live]
         try:
             outs = list(policy.generate(convs))
             if len(outs) != len(convs):
@@ -157,19 +167,21 @@ def _summarise(eps: list[_Ep], task_ids: Sequence[str], k: int, thr: float) -> E
     for tid, group in by_task.items():
         group.sort(key=lambda e: e.sample)
         wins = [e.error is None and e.reward >= thr for e in group]
-        tasks.append({
-            "task_id": tid,
-            "rewards": [e.reward for e in group],
-            "successes": int(sum(wins)),
-            "k": len(group),
-            "mean": sum(wins) / max(1, len(group)),
-            "pass": any(wins),
-            "turns": [len(e.turns) for e in group],
-            "tokens": [sum(t.num_tokens for t in e.turns) for e in group],
-            "errors": [e.error for e in group if e.error],
-            "overflows": sum(e.overflow for e in group),
-            "final_actions": [e.turns[-1].action[-200:] if e.turns else "" for e in group],
-        })
+        tasks.append(
+            {
+                "task_id": tid,
+                "rewards": [e.reward for e in group],
+                "successes": int(sum(wins)),
+                "k": len(group),
+                "mean": sum(wins) / max(1, len(group)),
+                "pass": any(wins),
+                "turns": [len(e.turns) for e in group],
+                "tokens": [sum(t.num_tokens for t in e.turns) for e in group],
+                "errors": [e.error for e in group if e.error],
+                "overflows": sum(e.overflow for e in group),
+                "final_actions": [e.turns[-1].action[-200:] if e.turns else "" for e in group],
+            }
+        )
     n_eps = max(1, len(eps))
     summary = {
         "tasks": len(tasks),
@@ -190,9 +202,11 @@ def _bar(total: int, enabled: bool) -> Any:
     except ImportError:  # pragma: no cover - tqdm is a core dependency
         enabled = False
     if not enabled:
+
         class _Null:
             def update(self, n: int) -> None: ...
             def close(self) -> None: ...
+
         return _Null()
     return tqdm(total=total, desc="episodes", file=sys.stderr, leave=False)
 
@@ -201,8 +215,11 @@ def _bar(total: int, enabled: bool) -> Any:
 def add_common_args(p: argparse.ArgumentParser) -> None:
     """Env and policy options shared by `trace-gym eval` and `trace-gym rollout`."""
     p.add_argument("--env", required=True, help="env id, e.g. trace/HotpotQA-v0")
-    p.add_argument("--policy", default="scripted",
-                   help="scripted[:SKILL] | sim | tiny | hf:PATH | vllm:PATH | openai:URL[#MODEL]")
+    p.add_argument(
+        "--policy",
+        default="scripted",
+        help="scripted[:SKILL] | sim | tiny | hf:PATH | vllm:PATH | openai:URL[#MODEL]",
+    )
     p.add_argument("--dataset", help="dataset path passed to the env as dataset=PATH")
     p.add_argument("--split", help="split passed to the env as split=NAME")
     p.add_argument("--env-kwargs", default="{}", help="JSON dict of extra env constructor kwargs")
@@ -221,7 +238,9 @@ def parse_env_kwargs(text: str) -> dict[str, Any]:
     try:
         kwargs = json.loads(text)
     except json.JSONDecodeError as e:
-        raise ConfigError(f"--env-kwargs must be a JSON object, e.g. '{{\"seed\": 1}}' ({e.msg})") from e
+        raise ConfigError(
+            f"--env-kwargs must be a JSON object, e.g. '{{\"seed\": 1}}' ({e.msg})"
+        ) from e
     if not isinstance(kwargs, dict):
         raise ConfigError(f"--env-kwargs must be a JSON object, got {text!r}")
     return kwargs
@@ -241,8 +260,16 @@ def env_factory_from(args: argparse.Namespace) -> Callable[[], Any]:
 def policy_from(args: argparse.Namespace, env: Any) -> Any:
     from trace_gym.agents.policies import make_policy
 
-    return make_policy(args.policy, args.env, env, temperature=args.temperature, top_p=args.top_p,
-                       max_new_tokens=args.max_new_tokens, device=args.device, max_batch=None)
+    return make_policy(
+        args.policy,
+        args.env,
+        env,
+        temperature=args.temperature,
+        top_p=args.top_p,
+        max_new_tokens=args.max_new_tokens,
+        device=args.device,
+        max_batch=None,
+    )
 
 
 def main(argv: list[str]) -> int:
@@ -256,8 +283,15 @@ def main(argv: list[str]) -> int:
     env = factory()
     ids = list(env.unwrapped.task_ids)[: args.limit] if args.limit else list(env.unwrapped.task_ids)
     policy = policy_from(args, env)
-    res = evaluate(policy, factory, ids, k=args.n, max_batch=args.max_batch, seed=args.seed,
-                   progress=not args.no_progress)
+    res = evaluate(
+        policy,
+        factory,
+        ids,
+        k=args.n,
+        max_batch=args.max_batch,
+        seed=args.seed,
+        progress=not args.no_progress,
+    )
     env.close()
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
@@ -267,5 +301,7 @@ def main(argv: list[str]) -> int:
     width = max(len(k) for k in res.summary)
     print(f"{args.env}  policy={args.policy}")
     for key, val in res.summary.items():
-        print(f"  {key:<{width}}  {val:.4f}" if isinstance(val, float) else f"  {key:<{width}}  {val}")
+        print(
+            f"  {key:<{width}}  {val:.4f}" if isinstance(val, float) else f"  {key:<{width}}  {val}"
+        )
     return 0

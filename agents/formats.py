@@ -115,8 +115,12 @@ class ReActFormat:
 #: env id -> format (env ids as registered in trace_gym.registration)
 FORMATS: dict[str, ReActFormat] = {
     "trace/Math-v0": ReActFormat("math", MATH_SYSTEM, ("</python>", "\n```\n", "</answer>")),
-    "trace/HotpotQA-v0": ReActFormat("qa", QA_SYSTEM, ("</search>", "</answer>"), max_new_tokens=256),
-    "trace/BFCL-v0": ReActFormat("bfcl", BFCL_SYSTEM, ("</tool_call>",), obs_role="tool", tools=True),
+    "trace/HotpotQA-v0": ReActFormat(
+        "qa", QA_SYSTEM, ("</search>", "</answer>"), max_new_tokens=256
+    ),
+    "trace/BFCL-v0": ReActFormat(
+        "bfcl", BFCL_SYSTEM, ("</tool_call>",), obs_role="tool", tools=True
+    ),
     "trace/Sim-v0": ReActFormat("sim", SIM_SYSTEM, (), max_new_tokens=32),
 }
 
@@ -147,7 +151,11 @@ def tools_of(conv: Conversation, fmt: ReActFormat) -> list[dict[str, Any]] | Non
     out = []
     for t in tools:
         # accept bare function schemas as well as {"type": "function", "function": {...}}
-        out.append(t if isinstance(t, dict) and t.get("type") == "function" else {"type": "function", "function": t})
+        out.append(
+            t
+            if isinstance(t, dict) and t.get("type") == "function"
+            else {"type": "function", "function": t}
+        )
     return out
 
 
@@ -162,7 +170,9 @@ def system_prompt(conv: Conversation, fmt: ReActFormat, *, native_tools: bool) -
     return f"{fmt.system}\n\nAvailable functions:\n{listing}"
 
 
-def chat_messages(conv: Conversation, fmt: ReActFormat, *, native_tools: bool = True) -> list[dict[str, str]]:
+def chat_messages(
+    conv: Conversation, fmt: ReActFormat, *, native_tools: bool = True
+) -> list[dict[str, str]]:
     """OpenAI/transformers chat messages of the whole conversation (text backends).
 
     An observation's role is the env's (``turn.info["obs_role"]``) or the format's.
@@ -176,7 +186,9 @@ def chat_messages(conv: Conversation, fmt: ReActFormat, *, native_tools: bool = 
         role = (t.info or {}).get("obs_role") or fmt.obs_role
         if role == "tool" and not native_tools:
             # text-level tool calls have no tool_call_id: results go back as a user turn
-            msgs.append({"role": "user", "content": f"<tool_response>\n{t.observation}\n</tool_response>"})
+            msgs.append(
+                {"role": "user", "content": f"<tool_response>\n{t.observation}\n</tool_response>"}
+            )
         else:
             msgs.append({"role": role, "content": t.observation})
     return msgs

@@ -159,8 +159,14 @@ class HFPolicy:
         transformers = require("transformers", "train")
         tokenizer = transformers.AutoTokenizer.from_pretrained(path)
         formats = model_formats(path)
-        torch_dtype = getattr(torch, dtype) if dtype else (torch.bfloat16 if device.startswith("cuda") else torch.float32)
-        model = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype).to(device)
+        torch_dtype = (
+            getattr(torch, dtype)
+            if dtype
+            else (torch.bfloat16 if device.startswith("cuda") else torch.float32)
+        )
+        model = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype).to(
+            device
+        )
         return cls(model, tokenizer, SamplingConfig(**sampling), formats=formats)
 
     @property
@@ -185,8 +191,12 @@ class HFPolicy:
                 continue
             if row.budget <= 0:
                 outputs[i] = PolicyOutput(
-                    text="", token_ids=[], logprobs=[], context_token_ids=row.context.appended,
-                    finish_reason="overflow", info={"context_tokens": len(row.context.ids)},
+                    text="",
+                    token_ids=[],
+                    logprobs=[],
+                    context_token_ids=row.context.appended,
+                    finish_reason="overflow",
+                    info={"context_tokens": len(row.context.ids)},
                 )
                 continue
             rows.append(row)
@@ -202,7 +212,9 @@ class HFPolicy:
                 err = f"sampling: {e!r}"
             for row, res in zip(chunk, results, strict=True):
                 if res is None:
-                    outputs[row.index] = PolicyOutput(text="", error=err, context_token_ids=row.context.appended)
+                    outputs[row.index] = PolicyOutput(
+                        text="", error=err, context_token_ids=row.context.appended
+                    )
                     continue
                 ids, lps, reason = res
                 outputs[row.index] = PolicyOutput(
@@ -236,8 +248,10 @@ class HFPolicy:
         sampling = SamplingConfig(
             temperature=s.temperature if temperature is None else float(temperature),
             top_p=s.top_p if top_p is None else float(top_p),
-            max_new_tokens=max_new_tokens, max_context=s.max_context, max_batch=s.max_batch,
-        )  # fmt: skip
+            max_new_tokens=max_new_tokens,
+            max_context=s.max_context,
+            max_batch=s.max_batch,
+        )
         runner = copy.copy(self)  # same model and tokenizer, this call's sampling settings
         runner.sampling = sampling
         results: list[tuple[list[int], list[float], str]] = [([], [], "overflow")] * len(contexts)
@@ -246,7 +260,16 @@ class HFPolicy:
             room = self.max_context - len(ids)
             if room > 0:
                 ctx = Context(ids=list(ids), appended=[], prompt=[])
-                rows.append(_Row(i, ctx, int(seed), min(max_new_tokens, room), room < max_new_tokens, tuple(stop)))
+                rows.append(
+                    _Row(
+                        i,
+                        ctx,
+                        int(seed),
+                        min(max_new_tokens, room),
+                        room < max_new_tokens,
+                        tuple(stop),
+                    )
+                )
         for start in range(0, len(rows), sampling.max_batch):
             chunk = rows[start : start + sampling.max_batch]
             for row, res in zip(chunk, runner._sample(chunk), strict=True):
@@ -281,23 +304,27 @@ class HFPolicy:
 
         with torch.no_grad():
             out = self.model(
-                input_ids=input_ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1
+                input_ids=input_ids,
+                attention_mask=mask,
+                position_ids=positions,
+                use_cache=True,
+                logits_to_keep=1,
             )
             cache = _cache_of(out)
             logits = out.logits[:, -1, :].float()  # [L, V], L = live rows
             for _ in range(max(r.budget for r in rows)):
-                logp = torch.log_softmax(logits / cfg.temperature if cfg.temperature > 0 else logits, dim=-1)
+                logp = torch.log_softmax(
+                    logits / cfg.temperature if cfg.temperature > 0 else logits, dim=-1
+                )
                 # one uniform per live row from its own generator (one draw per sampled token)
-                u = torch.tensor([float(torch.rand(1, generator=gens[b])) for b in live], device=device)
+                u = torch.tensor(
+                    [float(torch.rand(1, generator=gens[b])) for b in live], device=device
+                )
                 picked = self._pick(logp, u)  # [L]
                 picked_lp = logp.gather(1, picked[:, None])[:, 0]  # [L]
-                keep = []
-                for j, (b, tok, lp) in enumerate(zip(live, picked.tolist(), picked_lp.tolist(), strict=True)):
-                    out_ids[b].append(tok)
-                    out_lps[b].append(lp)
-                    reasons[b] = self._finished(rows[b], out_ids[b], tail)
-                    if reasons[b] is None:
-                        keep.append(j)
+                keep = self._record(
+                    rows, live, picked, picked_lp, (out_ids, out_lps, reasons), tail
+                )
                 if not keep:
                     break
                 if len(keep) < len(live):  # finished rows leave the batch (and the KV cache)
@@ -305,15 +332,42 @@ class HFPolicy:
                     picked, mask, positions = picked[sel], mask[sel], positions[sel]
                     cache = _select_rows(cache, sel)
                     live = [live[j] for j in keep]
-                mask = torch.cat([mask, torch.ones((len(live), 1), dtype=torch.long, device=device)], dim=1)
+                mask = torch.cat(
+                    [mask, torch.ones((len(live), 1), dtype=torch.long, device=device)], dim=1
+                )
                 positions = positions[:, -1:] + 1
                 out = self.model(
-                    input_ids=picked[:, None], attention_mask=mask, position_ids=positions,
-                    use_cache=True, **{self._cache_kw: cache},
+                    input_ids=picked[:, None],
+                    attention_mask=mask,
+                    position_ids=positions,
+                    use_cache=True,
+                    **{self._cache_kw: cache},
                 )
                 cache = _cache_of(out)
                 logits = out.logits[:, -1, :].float()
-        return [(ids, lps, reason or "length") for ids, lps, reason in zip(out_ids, out_lps, reasons, strict=True)]
+        return list(zip(out_ids, out_lps, [r or "length" for r in reasons], strict=True))
+
+    def _record(
+        self,
+        rows: list[_Row],
+        live: list[int],
+        picked: Any,
+        picked_lp: Any,
+        outs: tuple[list[list[int]], list[list[float]], list[str | None]],
+        tail: int,
+    ) -> list[int]:
+        """Append each live row's sampled token; the batch positions of rows still going."""
+        out_ids, out_lps, reasons = outs
+        keep = []
+        for j, (b, tok, lp) in enumerate(
+            zip(live, picked.tolist(), picked_lp.tolist(), strict=True)
+        ):
+            out_ids[b].append(tok)
+            out_lps[b].append(lp)
+            reasons[b] = self._finished(rows[b], out_ids[b], tail)
+            if reasons[b] is None:
+                keep.append(j)
+        return keep
 
     def _left_pad(self, rows: list[_Row], device: Any) -> tuple[Any, Any]:
         """input_ids and attention mask [B, width] of the rows' contexts, left-padded."""
@@ -342,7 +396,9 @@ class HFPolicy:
             keep = (probs.cumsum(-1) - probs) < self.sampling.top_p
             probs = torch.where(keep, probs, torch.zeros_like(probs))
         cdf = probs.cumsum(-1)  # [B, V]
-        idx = torch.searchsorted(cdf, (u * cdf[:, -1])[:, None]).clamp(max=probs.shape[-1] - 1)  # [B, 1]
+        idx = torch.searchsorted(cdf, (u * cdf[:, -1])[:, None]).clamp(
+            max=probs.shape[-1] - 1
+        )  # [B, 1]
         return order.gather(1, idx)[:, 0]
 
     def _finished(self, row: _Row, ids: list[int], tail: int) -> str | None:

@@ -79,7 +79,9 @@ class OpenAIConfig:
 
     def __post_init__(self) -> None:
         if not self.base_url.startswith(("http://", "https://")):
-            raise ConfigError(f"base_url must start with http:// or https://, got {self.base_url!r}")
+            raise ConfigError(
+                f"base_url must start with http:// or https://, got {self.base_url!r}"
+            )
         if self.concurrency < 1:
             raise ConfigError(f"concurrency must be >= 1, got {self.concurrency}")
         if self.timeout_s <= 0 or self.backoff_s < 0 or self.max_retries < 0:
@@ -97,7 +99,9 @@ class OpenAIPolicy:
         self.config = config
         self.formats = dict(formats or {})
         self.url = config.base_url.rstrip("/") + "/chat/completions"
-        self.api_key = config.api_key if config.api_key is not None else os.environ.get("OPENAI_API_KEY")
+        self.api_key = (
+            config.api_key if config.api_key is not None else os.environ.get("OPENAI_API_KEY")
+        )
         self.requests = 0  # attempts made (for tests and reports)
 
     # ------------------------------------------------------------------ policy
@@ -108,7 +112,9 @@ class OpenAIPolicy:
         except RuntimeError:
             return asyncio.run(self.agenerate(conversations))
         result: list[list[PolicyOutput]] = []
-        t = threading.Thread(target=lambda: result.append(asyncio.run(self.agenerate(conversations))))
+        t = threading.Thread(
+            target=lambda: result.append(asyncio.run(self.agenerate(conversations)))
+        )
         t.start()
         t.join()
         return result[0]
@@ -163,8 +169,11 @@ class OpenAIPolicy:
                 logger.info("attempt %d for %s failed: %s", attempt + 1, conv.task_id, last)
             except Exception as e:  # a non-retryable failure ends this conversation only
                 return PolicyOutput(text="", error=f"openai: {e}", info={"attempts": attempt + 1})
-        return PolicyOutput(text="", error=f"openai: gave up after {cfg.max_retries + 1} attempts: {last}",
-                            info={"attempts": cfg.max_retries + 1})
+        return PolicyOutput(
+            text="",
+            error=f"openai: gave up after {cfg.max_retries + 1} attempts: {last}",
+            info={"attempts": cfg.max_retries + 1},
+        )
 
     async def _post(self, body: dict[str, Any]) -> dict[str, Any]:
         self.requests += 1
@@ -181,7 +190,9 @@ class OpenAIPolicy:
         return h
 
     def _post_urllib(self, body: dict[str, Any]) -> dict[str, Any]:
-        req = urllib.request.Request(self.url, data=json.dumps(body).encode(), headers=self._headers(), method="POST")
+        req = urllib.request.Request(
+            self.url, data=json.dumps(body).encode(), headers=self._headers(), method="POST"
+        )
         try:
             with urllib.request.urlopen(req, timeout=self.config.timeout_s) as resp:
                 return json.loads(resp.read().decode())
@@ -217,7 +228,9 @@ class OpenAIPolicy:
             choice = reply["choices"][0]
             text = choice["message"].get("content") or ""
         except (KeyError, IndexError, TypeError, AttributeError) as e:
-            raise RuntimeError(f"malformed completion (no choices[0].message): {str(reply)[:200]}") from e
+            raise RuntimeError(
+                f"malformed completion (no choices[0].message): {str(reply)[:200]}"
+            ) from e
         reason = choice.get("finish_reason") or "stop"
         stop_reason = choice.get("stop_reason")
         if reason == "stop" and isinstance(stop_reason, str):

@@ -65,7 +65,14 @@ def _openai(arg: str, env_id: str, env: Any, opts: dict[str, Any]) -> Any:
 
 
 #: spec prefix -> builder(arg, env_id, env, options)
-POLICY_KINDS = {"scripted": _scripted, "sim": _sim, "tiny": _tiny, "hf": _hf, "vllm": _vllm, "openai": _openai}
+POLICY_KINDS = {
+    "scripted": _scripted,
+    "sim": _sim,
+    "tiny": _tiny,
+    "hf": _hf,
+    "vllm": _vllm,
+    "openai": _openai,
+}
 
 
 def make_policy(spec: str, env_id: str, env: Any = None, **opts: Any) -> Any:

@@ -61,16 +61,30 @@ def _play(policy: Any, env: gym.Env, conv: Conversation, max_turns: int, keep_ck
     for _ in range(max_turns):
         if keep_ckpts:
             ckpts.append(checkpoint(env))
-        c = Conversation(conv.env_id, conv.task_id, conv.prompt, tuple(turns), conv.seed + len(turns),
-                         conv.reset_info, conv.prompt_token_ids)
+        c = Conversation(
+            conv.env_id,
+            conv.task_id,
+            conv.prompt,
+            tuple(turns),
+            conv.seed + len(turns),
+            conv.reset_info,
+            conv.prompt_token_ids,
+        )
         t0 = time.perf_counter()
         out = policy.generate([c])[0]
         cost.add(out, time.perf_counter() - t0)
         if turns and out.context_token_ids is not None and turns[-1].obs_token_ids is None:
             turns[-1].obs_token_ids = list(out.context_token_ids)
         if c.prompt_token_ids is None and not turns and out.context_token_ids is not None:
-            conv = Conversation(conv.env_id, conv.task_id, conv.prompt, (), conv.seed, conv.reset_info,
-                                tuple(out.context_token_ids))
+            conv = Conversation(
+                conv.env_id,
+                conv.task_id,
+                conv.prompt,
+                (),
+                conv.seed,
+                conv.reset_info,
+                tuple(out.context_token_ids),
+            )
         if out.error is not None or out.finish_reason == "overflow":
             break
         obs, reward, terminated, truncated, _ = env.step(out.text)
@@ -91,9 +105,15 @@ def _task_costs(policy: Any, env_id: str, task: Any, seed: int, max_turns: int, 
         for depth in range(1, len(turns)):
             for r in range(replays):
                 restore(env, ckpts[depth])
-                prefix = Conversation(env_id, root.task_id, prompt, tuple(turns[:depth]),
-                                      seed + 7919 * (depth * replays + r + 1), root.reset_info,
-                                      root.prompt_token_ids)
+                prefix = Conversation(
+                    env_id,
+                    root.task_id,
+                    prompt,
+                    tuple(turns[:depth]),
+                    seed + 7919 * (depth * replays + r + 1),
+                    root.reset_info,
+                    root.prompt_token_ids,
+                )
                 cost, *_ = _play(policy, env, prefix, max_turns - depth, keep_ckpts=False)
                 by_depth[depth].append(cost)
         return full, by_depth
@@ -107,7 +127,13 @@ def _ratio(part: EpisodeCost, whole: EpisodeCost, key: str) -> float | None:
 
 
 def measure_replay_cost(
-    policy: Any, env_id: str, tasks: list[Any], *, seed: int = 0, max_turns: int = 8, replays: int = 1
+    policy: Any,
+    env_id: str,
+    tasks: list[Any],
+    *,
+    seed: int = 0,
+    max_turns: int = 8,
+    replays: int = 1,
 ) -> dict[str, Any]:
     """Replay/full-rollout ratios by depth and the prefill share the cache served, on `env_id`."""
     ratios: dict[int, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
@@ -126,8 +152,11 @@ def measure_replay_cost(
                     r = _ratio(c, full, key)
                     if r is not None:
                         ratios[depth][key].append(r)
-    table = {str(d): {k: sum(v) / len(v) for k, v in sorted(row.items())} | {"replays": len(row["decode"])}
-             for d, row in sorted(ratios.items())}
+    table = {
+        str(d): {k: sum(v) / len(v) for k, v in sorted(row.items())}
+        | {"replays": len(row["decode"])}
+        for d, row in sorted(ratios.items())
+    }
     return {
         "replay_cost_by_depth": table,
         "prefill_saved_share": 1 - prefill_computed / prefill if prefill else 0.0,

@@ -24,9 +24,14 @@ def _parser() -> argparse.ArgumentParser:
 
     p = argparse.ArgumentParser(prog="trace-gym rollout", description=main.__doc__)
     add_common_args(p)
-    p.add_argument("--allocator", default="trace", help="allocator name (trace_gym.alloc.ALLOCATORS)")
-    p.add_argument("--predictor", default="features",
-                   help='predictor name (trace_gym.predict.PREDICTORS), a "module:Class" entry point, or none')
+    p.add_argument(
+        "--allocator", default="trace", help="allocator name (trace_gym.alloc.ALLOCATORS)"
+    )
+    p.add_argument(
+        "--predictor",
+        default="features",
+        help='predictor name (trace_gym.predict.PREDICTORS), a "module:Class" entry point, or none',
+    )
     p.add_argument("--steps", type=int, default=1)
     p.add_argument("--tasks", type=int, default=16, help="candidate prompts per step")
     p.add_argument("--roots", type=int, default=32, help="M: root rollouts per step")
@@ -34,9 +39,17 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--m-max", dest="m_max", type=int, default=16)
     p.add_argument("--group-size", dest="group_size", type=int, default=8)
     p.add_argument("--out", required=True, help="trees JSONL path (.gz to compress)")
-    p.add_argument("--ray", nargs="?", const="local", default=None, metavar="ADDRESS",
-                   help="run on Ray rollout workers (local instance, or a cluster: auto, host:port)")
-    p.add_argument("--ray-workers", dest="ray_workers", type=int, default=2, help="Ray rollout workers")
+    p.add_argument(
+        "--ray",
+        nargs="?",
+        const="local",
+        default=None,
+        metavar="ADDRESS",
+        help="run on Ray rollout workers (local instance, or a cluster: auto, host:port)",
+    )
+    p.add_argument(
+        "--ray-workers", dest="ray_workers", type=int, default=2, help="Ray rollout workers"
+    )
     return p
 
 
@@ -46,10 +59,16 @@ def _check_args(args: argparse.Namespace) -> None:
     from trace_gym.errors import ConfigError, unknown
     from trace_gym.registration import check_env_id
 
-    least = {"--steps": (args.steps, 0), "--tasks": (args.tasks, 1), "--roots": (args.roots, 2),
-             "--m-max": (args.m_max, 2), "--group-size": (args.group_size, 2),
-             "--ray-workers": (args.ray_workers, 1), "--max-batch": (args.max_batch, 1),
-             "--limit": (1 if args.limit is None else args.limit, 1)}  # fmt: skip
+    least = {
+        "--steps": (args.steps, 0),
+        "--tasks": (args.tasks, 1),
+        "--roots": (args.roots, 2),
+        "--m-max": (args.m_max, 2),
+        "--group-size": (args.group_size, 2),
+        "--ray-workers": (args.ray_workers, 1),
+        "--max-batch": (args.max_batch, 1),
+        "--limit": (1 if args.limit is None else args.limit, 1),
+    }
     for flag, (value, low) in least.items():
         if value < low:
             raise ConfigError(f"{flag} must be >= {low}, got {value}")
@@ -89,9 +108,16 @@ def _runner(args: argparse.Namespace, factory: Any, env: Any) -> Any:
         factory,
         make_allocator(args.allocator, m_max=args.m_max, group_size=args.group_size),
         predictor,
-        RunnerConfig(root_budget=args.roots, replays_per_root=args.replays, m_max=args.m_max,
-                     max_batch=args.max_batch, seed=args.seed),
-        ray_address=args.ray, num_workers=args.ray_workers, sync_policy=False,
+        RunnerConfig(
+            root_budget=args.roots,
+            replays_per_root=args.replays,
+            m_max=args.m_max,
+            max_batch=args.max_batch,
+            seed=args.seed,
+        ),
+        ray_address=args.ray,
+        num_workers=args.ray_workers,
+        sync_policy=False,
     )
 
 
@@ -101,9 +127,15 @@ def _summary(step: int, res: Any) -> dict[str, Any]:
 
     m, rep = batch_metrics(res.trees), res.report
     return {
-        "step": step, "trees": len(res.trees), "roots": rep.roots, "replays": rep.replays,
-        "effective_ratio": round(m["effective_ratio"], 4), "success_rate": round(m["success_rate"], 4),
-        "turns": m["turns"], "tokens": m["tokens"], "failed_branches": m["failed_branches"],
+        "step": step,
+        "trees": len(res.trees),
+        "roots": rep.roots,
+        "replays": rep.replays,
+        "effective_ratio": round(m["effective_ratio"], 4),
+        "success_rate": round(m["success_rate"], 4),
+        "turns": m["turns"],
+        "tokens": m["tokens"],
+        "failed_branches": m["failed_branches"],
     }
 
 

@@ -134,7 +134,9 @@ class SimScripted:
     def generate(self, conversations: Sequence[Conversation]) -> list[PolicyOutput]:
         # token ids of SimPolicy are fake (word hashes): drop them so token backends
         # downstream (SFT, critics) tokenise the text themselves
-        return [PolicyOutput(text=o.text, error=o.error) for o in self.inner.generate(conversations)]
+        return [
+            PolicyOutput(text=o.text, error=o.error) for o in self.inner.generate(conversations)
+        ]
 
 
 class HotpotQAScripted(ScriptedPolicy):
@@ -167,7 +169,11 @@ class HotpotQAScripted(ScriptedPolicy):
         if self.ok(rng):
             answer = task.answer
         else:
-            pool = [t for t, _ in task.context if t not in titles] or re.findall(r"\w+", task.question) or ["unknown"]
+            pool = (
+                [t for t, _ in task.context if t not in titles]
+                or re.findall(r"\w+", task.question)
+                or ["unknown"]
+            )
             answer = pool[int(rng.integers(len(pool)))]
         return f"<think>The passages give the answer.</think>\n<answer>{answer}</answer>"
 
@@ -206,7 +212,11 @@ class MathScripted(ScriptedPolicy):
     def turn(self, conv: Conversation, rng: np.random.Generator) -> str:
         answer = self._answers[conv.task_id]
         last = conv.turns[-1].observation if conv.turns else ""
-        lines = [ln.strip() for ln in last.splitlines() if ln.strip() and not ln.strip().startswith("```")]
+        lines = [
+            ln.strip()
+            for ln in last.splitlines()
+            if ln.strip() and not ln.strip().startswith("```")
+        ]
         printed = lines[-1] if lines and "Error" not in last else ""
         if printed and len(conv.turns) >= 1:
             value = printed if self.ok(rng) else _perturb(printed, rng)

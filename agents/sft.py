@@ -23,7 +23,14 @@ from trace_gym.optional import require
 from trace_gym.policy import Conversation
 from trace_gym.tree import Turn
 
-__all__ = ["Episode", "collect_episodes", "episode_texts", "play_episode", "sft_warm_start", "tokenize_episode"]
+__all__ = [
+    "Episode",
+    "collect_episodes",
+    "episode_texts",
+    "play_episode",
+    "sft_warm_start",
+    "tokenize_episode",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -46,11 +53,19 @@ def play_episode(env: Any, policy: Any, env_id: str, task: int | str, seed: int)
     turns: list[Turn] = []
     reward = 0.0
     while True:
-        conv = Conversation(env_id, str(info.get("task_id", task)), prompt, tuple(turns),
-                            seed=seed * 1000 + len(turns), reset_info=info)
+        conv = Conversation(
+            env_id,
+            str(info.get("task_id", task)),
+            prompt,
+            tuple(turns),
+            seed=seed * 1000 + len(turns),
+            reset_info=info,
+        )
         out = policy.generate([conv])[0]
         obs, reward, terminated, truncated, step_info = env.step(out.text)
-        turns.append(Turn(action=out.text, observation=obs, reward=float(reward), info=dict(step_info)))
+        turns.append(
+            Turn(action=out.text, observation=obs, reward=float(reward), info=dict(step_info))
+        )
         if terminated or truncated:
             break
     return Episode(env_id, str(info.get("task_id", task)), prompt, info, turns, float(reward))
@@ -117,7 +132,11 @@ def tokenize_episode(chat: Any, ep: Episode, max_len: int) -> tuple[list[int], l
 
 
 def sft_warm_start(
-    model: Any, tokenizer: Any, episodes: Sequence[Episode], config: Any, formats: dict | None = None
+    model: Any,
+    tokenizer: Any,
+    episodes: Sequence[Episode],
+    config: Any,
+    formats: dict | None = None,
 ) -> dict[str, float]:
     """Train `model` in place on `episodes` for `config.sft_steps` steps; returns loss stats.
 
@@ -138,7 +157,10 @@ def sft_warm_start(
     model.train()
     losses = []
     for step in range(config.sft_steps):
-        batch = [data[i] for i in rng.choice(len(data), size=min(config.sft_batch, len(data)), replace=False)]
+        batch = [
+            data[i]
+            for i in rng.choice(len(data), size=min(config.sft_batch, len(data)), replace=False)
+        ]
         width = max(len(ids) for ids, _ in batch)
         ids = torch.full((len(batch), width), pad, dtype=torch.long)
         lab = torch.full((len(batch), width), -100, dtype=torch.long)
@@ -147,7 +169,9 @@ def sft_warm_start(
             ids[b, : len(x)] = torch.tensor(x)
             lab[b, : len(y)] = torch.tensor(y)
             att[b, : len(x)] = 1
-        lr = config.sft_lr * min(1.0, (step + 1) / 10) * (1 - step / max(1, config.sft_steps)) ** 0.5
+        lr = (
+            config.sft_lr * min(1.0, (step + 1) / 10) * (1 - step / max(1, config.sft_steps)) ** 0.5
+        )
         for g in opt.param_groups:
             g["lr"] = lr
         loss = model(input_ids=ids, attention_mask=att, labels=lab).loss
@@ -159,4 +183,9 @@ def sft_warm_start(
         if step % 20 == 0:
             logger.info("sft step %d/%d loss %.3f", step, config.sft_steps, losses[-1])
     model.eval()
-    return {"first_loss": losses[0], "last_loss": float(np.mean(losses[-10:])), "steps": len(losses), "sequences": len(data)}
+    return {
+        "first_loss": losses[0],
+        "last_loss": float(np.mean(losses[-10:])),
+        "steps": len(losses),
+        "sequences": len(data),
+    }

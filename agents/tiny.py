@@ -108,11 +108,18 @@ class TinyConfig:
 
     def __post_init__(self) -> None:
         if self.vocab_size < 300:
-            raise ConfigError(f"vocab_size must be >= 300 (256 bytes + specials + merges), got {self.vocab_size}")
-        if min(self.hidden_size, self.num_layers, self.num_heads, self.num_kv_heads, self.head_dim) < 1:
+            raise ConfigError(
+                f"vocab_size must be >= 300 (256 bytes + specials + merges), got {self.vocab_size}"
+            )
+        if (
+            min(self.hidden_size, self.num_layers, self.num_heads, self.num_kv_heads, self.head_dim)
+            < 1
+        ):
             raise ConfigError("model sizes must be positive")
         if self.num_heads % self.num_kv_heads:
-            raise ConfigError(f"num_heads ({self.num_heads}) must be a multiple of num_kv_heads ({self.num_kv_heads})")
+            raise ConfigError(
+                f"num_heads ({self.num_heads}) must be a multiple of num_kv_heads ({self.num_kv_heads})"
+            )
         if self.sft_steps < 0 or self.episodes_per_env < 0:
             raise ConfigError("sft_steps and episodes_per_env must be >= 0")
 
@@ -180,7 +187,9 @@ def _cache_root() -> Path:
     return Path(os.environ.get("TRACE_GYM_CACHE", Path.home() / ".cache" / "trace-gym")) / "tiny"
 
 
-def tiny_model_dir(config: TinyConfig | None = None, *, cache_dir: str | Path | None = None, rebuild: bool = False) -> Path:
+def tiny_model_dir(
+    config: TinyConfig | None = None, *, cache_dir: str | Path | None = None, rebuild: bool = False
+) -> Path:
     """Build (once) and return the directory of the tiny model for `config`."""
     config = config or TinyConfig()
     root = Path(cache_dir) if cache_dir is not None else _cache_root()
@@ -206,18 +215,32 @@ def _build(config: TinyConfig, out: Path) -> dict[str, Any]:
     from trace_gym.agents.hf import FORMATS_FILE
     from trace_gym.agents.sft import collect_episodes, episode_texts, sft_warm_start
 
-    episodes = collect_episodes(config.envs, config.episodes_per_env, skill=config.skill,
-                                seed=config.seed, env_kwargs=config.env_kwargs)
+    episodes = collect_episodes(
+        config.envs,
+        config.episodes_per_env,
+        skill=config.skill,
+        seed=config.seed,
+        env_kwargs=config.env_kwargs,
+    )
     texts = episode_texts(episodes)
     tokenizer = build_tokenizer(texts, config.vocab_size)
     model = build_model(config, tokenizer)
     formats = formats_with(config.formats)
-    stats = sft_warm_start(model, tokenizer, episodes, config, formats=formats) if config.sft_steps else {}
+    stats = (
+        sft_warm_start(model, tokenizer, episodes, config, formats=formats)
+        if config.sft_steps
+        else {}
+    )
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
     (out / FORMATS_FILE).write_text(json.dumps(config.formats, indent=1))
     logger.info("built tiny model in %s (%s)", out, stats)
-    return {"config": asdict(config), "recipe": RECIPE_VERSION, "episodes": len(episodes), "sft": stats}
+    return {
+        "config": asdict(config),
+        "recipe": RECIPE_VERSION,
+        "episodes": len(episodes),
+        "sft": stats,
+    }
 
 
 def load_tiny_policy(config: TinyConfig | None = None, **sampling: Any):
@@ -249,7 +272,17 @@ def critic_backbone_dir(overrides: dict[str, Any] | None = None) -> Path:
 
 def default_test_config(envs: Sequence[str] = ("trace/Sim-v0",), **kw: Any) -> TinyConfig:
     """The smallest config that still proves the point in a test."""
-    base = dict(vocab_size=512, hidden_size=64, num_layers=2, num_heads=2, num_kv_heads=1, head_dim=32,
-                intermediate_size=128, episodes_per_env=8, sft_steps=40, sft_max_len=512)
+    base = dict(
+        vocab_size=512,
+        hidden_size=64,
+        num_layers=2,
+        num_heads=2,
+        num_kv_heads=1,
+        head_dim=32,
+        intermediate_size=128,
+        episodes_per_env=8,
+        sft_steps=40,
+        sft_max_len=512,
+    )
     base.update(kw)
     return TinyConfig(envs=tuple(envs), **base)

@@ -24,13 +24,26 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["LLAMA3_SPECIAL_TOKENS", "LLAMA3_TOOL_TEMPLATE", "ToolCall", "parse_llama3_json",
-           "parse_pythonic", "render_llama3_json", "render_pythonic"]
+__all__ = [
+    "LLAMA3_SPECIAL_TOKENS",
+    "LLAMA3_TOOL_TEMPLATE",
+    "ToolCall",
+    "parse_llama3_json",
+    "parse_pythonic",
+    "render_llama3_json",
+    "render_pythonic",
+]
 
 PYTHON_TAG = "<|python_tag|>"
 
-LLAMA3_SPECIAL_TOKENS = ["<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>",
-                         "<|eom_id|>", PYTHON_TAG]
+LLAMA3_SPECIAL_TOKENS = [
+    "<|begin_of_text|>",
+    "<|start_header_id|>",
+    "<|end_header_id|>",
+    "<|eot_id|>",
+    "<|eom_id|>",
+    PYTHON_TAG,
+]
 
 LLAMA3_TOOL_TEMPLATE = (
     "{{ '<|begin_of_text|>' }}"
@@ -44,7 +57,7 @@ LLAMA3_TOOL_TEMPLATE = (
     "{{ '<|start_header_id|>user<|end_header_id|>\\n\\n' }}"
     "{{ 'Given the following functions, please respond with a JSON for a function call with its proper arguments '"
     " 'that best answers the given prompt.\\n\\n' }}"
-    "{{ 'Respond in the format {\"name\": function name, \"parameters\": dictionary of argument name and its value}.'"
+    '{{ \'Respond in the format {"name": function name, "parameters": dictionary of argument name and its value}.\''
     " ' Do not use variables.\\n\\n' }}"
     "{% for t in tools %}{{ (t | tojson(indent=4)) + '\\n\\n' }}{% endfor %}"
     "{{ m.content + '<|eot_id|>' }}"
@@ -105,7 +118,13 @@ def parse_llama3_json(text: str) -> list[ToolCall]:
 
 def render_pythonic(calls: list[ToolCall], *, python_tag: bool = False) -> str:
     """Calls as pythonic text, ``[f(a=1), g(b='x')]``."""
-    body = "[" + ", ".join(f"{c.name}({', '.join(f'{k}={v!r}' for k, v in c.arguments.items())})" for c in calls) + "]"
+    body = (
+        "["
+        + ", ".join(
+            f"{c.name}({', '.join(f'{k}={v!r}' for k, v in c.arguments.items())})" for c in calls
+        )
+        + "]"
+    )
     return PYTHON_TAG + body if python_tag else body
 
 
@@ -120,11 +139,17 @@ def parse_pythonic(text: str) -> list[ToolCall]:
         raise ValueError("pythonic tool calls are a non-empty list: [f(a=1), ...]")
     calls = []
     for el in tree.elts:
-        if not isinstance(el, ast.Call) or not isinstance(el.func, ast.Name) or el.args \
-                or any(kw.arg is None for kw in el.keywords):
+        if (
+            not isinstance(el, ast.Call)
+            or not isinstance(el.func, ast.Name)
+            or el.args
+            or any(kw.arg is None for kw in el.keywords)
+        ):
             raise ValueError(f"not a keyword-argument call: {ast.unparse(el)}")
         try:
-            calls.append(ToolCall(el.func.id, {kw.arg: ast.literal_eval(kw.value) for kw in el.keywords}))
+            calls.append(
+                ToolCall(el.func.id, {kw.arg: ast.literal_eval(kw.value) for kw in el.keywords})
+            )
         except ValueError:
             raise ValueError(f"arguments must be literals: {ast.unparse(el)}") from None
     return calls

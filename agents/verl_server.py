@@ -38,8 +38,20 @@ from trace_gym.seeding import stable_seed
 
 __all__ = ["HFTokenServer", "ray_server_client"]
 
-_KNOWN = {"temperature", "top_p", "top_k", "logprobs", "max_tokens", "max_new_tokens", "stop",
-          "include_stop_str_in_output", "seed", "repetition_penalty", "ignore_eos", "n"}  # fmt: skip
+_KNOWN = {
+    "temperature",
+    "top_p",
+    "top_k",
+    "logprobs",
+    "max_tokens",
+    "max_new_tokens",
+    "stop",
+    "include_stop_str_in_output",
+    "seed",
+    "repetition_penalty",
+    "ignore_eos",
+    "n",
+}
 
 
 class HFTokenServer:
@@ -49,8 +61,14 @@ class HFTokenServer:
     ``rollout.response_length`` (the default ``max_tokens``, as in verl's vLLM server).
     """
 
-    def __init__(self, policy: HFPolicy | str, *, prompt_length: int = 1024,
-                 response_length: int = 1024, seed: int = 0):  # fmt: skip
+    def __init__(
+        self,
+        policy: HFPolicy | str,
+        *,
+        prompt_length: int = 1024,
+        response_length: int = 1024,
+        seed: int = 0,
+    ):
         self.policy = HFPolicy.from_pretrained(policy) if isinstance(policy, str) else policy
         self.prompt_length, self.response_length = int(prompt_length), int(response_length)
         self.seed = int(seed)
@@ -62,19 +80,33 @@ class HFTokenServer:
     def from_config(cls, config: Any, policy: HFPolicy | str | None = None) -> HFTokenServer:
         """A server for verl's trainer config (``actor_rollout_ref.model.path`` and rollout lengths)."""
         rollout = config.actor_rollout_ref.rollout
-        return cls(policy or str(config.actor_rollout_ref.model.path), prompt_length=rollout.prompt_length,
-                   response_length=rollout.response_length, seed=int(config.get("seed", 0) or 0))  # fmt: skip
+        return cls(
+            policy or str(config.actor_rollout_ref.model.path),
+            prompt_length=rollout.prompt_length,
+            response_length=rollout.response_length,
+            seed=int(config.get("seed", 0) or 0),
+        )
 
     def set_global_steps(self, step: int) -> None:
         """The trainer step reported in ``TokenOutput.extra_fields["global_steps"]`` (as verl's servers do)."""
         self.global_steps = int(step)
 
-    async def generate(self, request_id: str, *, prompt_ids: Sequence[int], sampling_params: dict[str, Any],
-                       image_data: Any = None, video_data: Any = None, **kwargs: Any) -> Any:  # fmt: skip
+    async def generate(
+        self,
+        request_id: str,
+        *,
+        prompt_ids: Sequence[int],
+        sampling_params: dict[str, Any],
+        image_data: Any = None,
+        video_data: Any = None,
+        **kwargs: Any,
+    ) -> Any:
         """One assistant turn for `prompt_ids` as a verl ``TokenOutput``."""
         replica = require("verl.workers.rollout.replica", "verl", what="verl")
         if image_data is not None or video_data is not None or kwargs.get("audio_data") is not None:
-            raise ConfigError("HFTokenServer is text-only: image, video and audio inputs are not supported")
+            raise ConfigError(
+                "HFTokenServer is text-only: image, video and audio inputs are not supported"
+            )
         params = dict(sampling_params)
         unknown = sorted(set(params) - _KNOWN)
         if unknown:
@@ -94,26 +126,44 @@ class HFTokenServer:
 
     def _call(self, request_id: str, prompt_ids: list[int], p: dict[str, Any]):
         if int(p.get("top_k") or -1) not in (-1, 0):
-            raise ConfigError(f"HFTokenServer has no top-k sampling (top_k={p['top_k']}); use top_k=-1")
+            raise ConfigError(
+                f"HFTokenServer has no top-k sampling (top_k={p['top_k']}); use top_k=-1"
+            )
         if float(p.get("repetition_penalty", 1.0)) != 1.0 or p.get("ignore_eos"):
-            raise ConfigError("HFTokenServer does not support repetition_penalty != 1 or ignore_eos")
+            raise ConfigError(
+                "HFTokenServer does not support repetition_penalty != 1 or ignore_eos"
+            )
         if int(p.get("n", 1)) != 1:
             raise ConfigError("HFTokenServer generates one sample per request (n=1)")
-        default = min(self.response_length, self.prompt_length + self.response_length - len(prompt_ids))
+        default = min(
+            self.response_length, self.prompt_length + self.response_length - len(prompt_ids)
+        )
         max_tokens = max(1, int(p.get("max_tokens", p.get("max_new_tokens", default))))
         stop = p.get("stop") or ()
         stop = (stop,) if isinstance(stop, str) else tuple(stop)
-        seed = int(p["seed"]) if p.get("seed") is not None else stable_seed("verl", self.seed, request_id)
+        seed = (
+            int(p["seed"])
+            if p.get("seed") is not None
+            else stable_seed("verl", self.seed, request_id)
+        )
         temperature, top_p = float(p.get("temperature", 1.0)), float(p.get("top_p", 1.0))
 
         def run() -> tuple[list[int], list[float], str]:
-            return self.policy.generate_ids([prompt_ids], [seed], max_new_tokens=max_tokens, stop=stop,
-                                            temperature=temperature, top_p=top_p)[0]  # fmt: skip
+            return self.policy.generate_ids(
+                [prompt_ids],
+                [seed],
+                max_new_tokens=max_tokens,
+                stop=stop,
+                temperature=temperature,
+                top_p=top_p,
+            )[0]
 
         return run
 
 
-def ray_server_client(config: Any, model_path: str, *, num_servers: int = 1) -> tuple[Any, list[Any]]:
+def ray_server_client(
+    config: Any, model_path: str, *, num_servers: int = 1
+) -> tuple[Any, list[Any]]:
     """verl's own ``LLMServerClient`` over `num_servers` `HFTokenServer` Ray actors.
 
     Ray must be initialised. The servers are registered with verl's
@@ -127,8 +177,12 @@ def ray_server_client(config: Any, model_path: str, *, num_servers: int = 1) -> 
     rollout = config.actor_rollout_ref.rollout
     actor = ray.remote(num_cpus=0)(HFTokenServer)
     handles = [
-        actor.remote(model_path, prompt_length=rollout.prompt_length,
-                     response_length=rollout.response_length, seed=i)  # fmt: skip
+        actor.remote(
+            model_path,
+            prompt_length=rollout.prompt_length,
+            response_length=rollout.response_length,
+            seed=i,
+        )
         for i in range(num_servers)
     ]
     balancer = router.get_router_handle(

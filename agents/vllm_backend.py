@@ -110,7 +110,9 @@ class VLLMPolicy:
     def load_adapter(self, path: str) -> None:
         """Serve the LoRA adapter saved in `path` from now on (a fresh adapter id)."""
         if not self.lora_enabled:
-            raise ConfigError("this VLLMPolicy was built without LoRA: pass lora=True or lora_path=...")
+            raise ConfigError(
+                "this VLLMPolicy was built without LoRA: pass lora=True or lora_path=..."
+            )
         from vllm.lora.request import LoRARequest
 
         self._lora_ids += 1
@@ -200,10 +202,13 @@ class VLLMPolicy:
             logprobs=lps,
             context_token_ids=ctx.appended,
             finish_reason=reason,
-            info={"context_tokens": len(ctx.ids), "stop_reason": getattr(out, "stop_reason", None),
-                  # prompt tokens served by the prefix cache (vLLM V1; None when not reported)
-                  "cached_tokens": getattr(request, "num_cached_tokens", None),
-                  "logprob_kind": self._logprob_kind()},
+            info={
+                "context_tokens": len(ctx.ids),
+                "stop_reason": getattr(out, "stop_reason", None),
+                # prompt tokens served by the prefix cache (vLLM V1; None when not reported)
+                "cached_tokens": getattr(request, "num_cached_tokens", None),
+                "logprob_kind": self._logprob_kind(),
+            },
         )
 
 
@@ -215,8 +220,14 @@ def _logprobs_mode(llm: Any) -> str:
 
 
 def _overflow(ctx: Context) -> PolicyOutput:
-    return PolicyOutput(text="", token_ids=[], logprobs=[], context_token_ids=ctx.appended,
-                        finish_reason="overflow", info={"context_tokens": len(ctx.ids)})
+    return PolicyOutput(
+        text="",
+        token_ids=[],
+        logprobs=[],
+        context_token_ids=ctx.appended,
+        finish_reason="overflow",
+        info={"context_tokens": len(ctx.ids)},
+    )
 
 
 def _max_model_len(llm: Any) -> int:

@@ -35,27 +35,168 @@ QUESTIONS_FILE = HERE / "hotpotqa_default.jsonl.gz"
 CORPUS_FILE = HERE / "hotpotqa_default_corpus.jsonl.gz"
 DEFAULT_SEED = 20260
 
-_ONSETS = ["b", "d", "f", "g", "k", "l", "m", "n", "p", "r", "s", "t", "v", "z", "br", "dr", "kr",
-           "tr", "st", "th", "sh", "ch", "gl", "pl", "vr", "qu", "h", "j", "y", "w"]
+_ONSETS = [
+    "b",
+    "d",
+    "f",
+    "g",
+    "k",
+    "l",
+    "m",
+    "n",
+    "p",
+    "r",
+    "s",
+    "t",
+    "v",
+    "z",
+    "br",
+    "dr",
+    "kr",
+    "tr",
+    "st",
+    "th",
+    "sh",
+    "ch",
+    "gl",
+    "pl",
+    "vr",
+    "qu",
+    "h",
+    "j",
+    "y",
+    "w",
+]
 _VOWELS = ["a", "e", "i", "o", "u", "ae", "ei", "ou", "ia", "y"]
 _CODAS = ["", "", "", "n", "r", "l", "s", "th", "m", "nd", "rk", "sk", "x", "lt"]
-_ADJ = ["Silent", "Crimson", "Hollow", "Gilded", "Broken", "Distant", "Quiet", "Burning", "Pale",
-        "Endless", "Hidden", "Iron", "Velvet", "Frozen", "Scarlet", "Wandering", "Copper", "Bitter",
-        "Golden", "Lonely", "Restless", "Shattered", "Amber", "Midnight", "Wild", "Salt", "Paper",
-        "Glass", "Northern", "Sunken"]
-_NOUN = ["Harbor", "Lantern", "Orchard", "Meridian", "Tide", "Citadel", "Garden", "Compass",
-         "Archive", "Frontier", "Mirror", "Cathedral", "Voyage", "Ember", "Horizon", "Labyrinth",
-         "Signal", "Summit", "Threshold", "Canyon", "Reverie", "Monument", "Pilgrim", "Tempest",
-         "Chorus", "Atlas", "Beacon", "Carnival", "Delta", "Eclipse"]
-_PLURAL = ["Wolves", "Sparrows", "Pilots", "Saints", "Engines", "Ravens", "Tailors", "Comets",
-           "Drifters", "Keepers", "Rivals", "Hermits", "Giants", "Lanterns", "Foxes", "Sailors"]
-_SUFFIX = ["Industries", "Holdings", "Works", "Systems", "Foods", "Motors", "Textiles", "Labs",
-           "Shipping", "Mills", "Brewing", "Optics", "Instruments", "Press", "Logistics"]
-_FILM_GENRES = ["drama", "comedy", "thriller", "documentary", "science fiction", "western", "musical", "horror"]
+_ADJ = [
+    "Silent",
+    "Crimson",
+    "Hollow",
+    "Gilded",
+    "Broken",
+    "Distant",
+    "Quiet",
+    "Burning",
+    "Pale",
+    "Endless",
+    "Hidden",
+    "Iron",
+    "Velvet",
+    "Frozen",
+    "Scarlet",
+    "Wandering",
+    "Copper",
+    "Bitter",
+    "Golden",
+    "Lonely",
+    "Restless",
+    "Shattered",
+    "Amber",
+    "Midnight",
+    "Wild",
+    "Salt",
+    "Paper",
+    "Glass",
+    "Northern",
+    "Sunken",
+]
+_NOUN = [
+    "Harbor",
+    "Lantern",
+    "Orchard",
+    "Meridian",
+    "Tide",
+    "Citadel",
+    "Garden",
+    "Compass",
+    "Archive",
+    "Frontier",
+    "Mirror",
+    "Cathedral",
+    "Voyage",
+    "Ember",
+    "Horizon",
+    "Labyrinth",
+    "Signal",
+    "Summit",
+    "Threshold",
+    "Canyon",
+    "Reverie",
+    "Monument",
+    "Pilgrim",
+    "Tempest",
+    "Chorus",
+    "Atlas",
+    "Beacon",
+    "Carnival",
+    "Delta",
+    "Eclipse",
+]
+_PLURAL = [
+    "Wolves",
+    "Sparrows",
+    "Pilots",
+    "Saints",
+    "Engines",
+    "Ravens",
+    "Tailors",
+    "Comets",
+    "Drifters",
+    "Keepers",
+    "Rivals",
+    "Hermits",
+    "Giants",
+    "Lanterns",
+    "Foxes",
+    "Sailors",
+]
+_SUFFIX = [
+    "Industries",
+    "Holdings",
+    "Works",
+    "Systems",
+    "Foods",
+    "Motors",
+    "Textiles",
+    "Labs",
+    "Shipping",
+    "Mills",
+    "Brewing",
+    "Optics",
+    "Instruments",
+    "Press",
+    "Logistics",
+]
+_FILM_GENRES = [
+    "drama",
+    "comedy",
+    "thriller",
+    "documentary",
+    "science fiction",
+    "western",
+    "musical",
+    "horror",
+]
 _BAND_GENRES = ["rock", "folk", "jazz", "punk", "electronic", "blues", "indie pop", "metal"]
-_INDUSTRIES = ["textile", "shipping", "software", "food", "automotive", "publishing", "brewing", "optics"]
-_OCCUPATIONS = {"director": "film director", "singer": "singer", "founder": "businessperson",
-                "writer": "novelist", "painter": "painter", "chemist": "chemist"}
+_INDUSTRIES = [
+    "textile",
+    "shipping",
+    "software",
+    "food",
+    "automotive",
+    "publishing",
+    "brewing",
+    "optics",
+]
+_OCCUPATIONS = {
+    "director": "film director",
+    "singer": "singer",
+    "founder": "businessperson",
+    "writer": "novelist",
+    "painter": "painter",
+    "chemist": "chemist",
+}
 _FILLER = [
     "{n} studied at the conservatory in {t} before moving abroad.",
     "{n} has been married twice and has three children.",
@@ -125,43 +266,77 @@ class _Names:
         raise RuntimeError("name space exhausted; add syllables")
 
     def person(self) -> str:
-        return self.unique(lambda: f"{self.word(int(self.rng.integers(2, 4)))} {self.word(int(self.rng.integers(2, 4)))}")
+        return self.unique(
+            lambda: (
+                f"{self.word(int(self.rng.integers(2, 4)))} {self.word(int(self.rng.integers(2, 4)))}"
+            )
+        )
 
     def town(self) -> str:
-        return self.unique(lambda: self.word(int(self.rng.integers(2, 4))) + str(self.rng.choice(["", "", "ford", "holm", "vik", "stead", "ton"])))
+        return self.unique(
+            lambda: (
+                self.word(int(self.rng.integers(2, 4)))
+                + str(self.rng.choice(["", "", "ford", "holm", "vik", "stead", "ton"]))
+            )
+        )
 
     def film(self) -> str:
-        return self.unique(lambda: f"The {self.rng.choice(_ADJ)} {self.rng.choice(_NOUN)}" if self.rng.random() < 0.3
-                           else f"{self.rng.choice(_ADJ)} {self.rng.choice(_NOUN)} of {self.word(2)}")
+        return self.unique(
+            lambda: (
+                f"The {self.rng.choice(_ADJ)} {self.rng.choice(_NOUN)}"
+                if self.rng.random() < 0.3
+                else f"{self.rng.choice(_ADJ)} {self.rng.choice(_NOUN)} of {self.word(2)}"
+            )
+        )
 
     def company(self) -> str:
-        return self.unique(lambda: f"{self.word(int(self.rng.integers(2, 4)))} {self.rng.choice(_SUFFIX)}")
+        return self.unique(
+            lambda: f"{self.word(int(self.rng.integers(2, 4)))} {self.rng.choice(_SUFFIX)}"
+        )
 
     def band(self) -> str:
-        return self.unique(lambda: f"The {self.rng.choice(_ADJ)} {self.rng.choice(_PLURAL)}" if self.rng.random() < 0.3
-                           else f"{self.word(2)} {self.rng.choice(_PLURAL)}")
+        return self.unique(
+            lambda: (
+                f"The {self.rng.choice(_ADJ)} {self.rng.choice(_PLURAL)}"
+                if self.rng.random() < 0.3
+                else f"{self.word(2)} {self.rng.choice(_PLURAL)}"
+            )
+        )
 
 
 def generate_world(seed: int = DEFAULT_SEED, scale: float = 1.0) -> World:
     """Generate towns, people, films, companies and bands (about 3,100 passages at scale 1)."""
     rng = np.random.default_rng(seed)
     names = _Names(rng)
-    n = {k: max(4, int(round(v * scale))) for k, v in
-         {"town": 500, "person": 1400, "film": 600, "company": 350, "band": 250}.items()}
+    n = {
+        k: max(4, int(round(v * scale)))
+        for k, v in {"town": 500, "person": 1400, "film": 600, "company": 350, "band": 250}.items()
+    }
     provinces = [names.unique(lambda: names.word(3)) for _ in range(24)]
     rivers = [names.unique(lambda: names.word(2)) for _ in range(80)]
 
     towns = []
     for _ in range(n["town"]):
         t = names.town()
-        a = {"province": str(rng.choice(provinces)), "river": str(rng.choice(rivers)),
-             "founded": int(rng.integers(1100, 1900)), "population": int(rng.integers(2_000, 900_000))}
-        towns.append(Entity("town", t, a, [
-            f"{t} is a town in the province of {a['province']}.",
-            f"It lies on the banks of the {a['river']} River.",
-            f"The town was founded in {a['founded']}.",
-            f"At the last census {t} had a population of {a['population']}.",
-        ]))
+        a = {
+            "province": str(rng.choice(provinces)),
+            "river": str(rng.choice(rivers)),
+            "founded": int(rng.integers(1100, 1900)),
+            "population": int(rng.integers(2_000, 900_000)),
+        }
+        towns.append(
+            Entity(
+                "town",
+                t,
+                a,
+                [
+                    f"{t} is a town in the province of {a['province']}.",
+                    f"It lies on the banks of the {a['river']} River.",
+                    f"The town was founded in {a['founded']}.",
+                    f"At the last census {t} had a population of {a['population']}.",
+                ],
+            )
+        )
     roles = list(_OCCUPATIONS)
     people = []
     for i in range(n["person"]):
@@ -170,11 +345,18 @@ def generate_world(seed: int = DEFAULT_SEED, scale: float = 1.0) -> World:
         home = towns[int(rng.integers(len(towns)))]
         a = {"role": role, "born": int(rng.integers(1890, 2000)), "birthplace": home.title}
         filler = str(rng.choice(_FILLER)).format(n=p, t=towns[int(rng.integers(len(towns)))].title)
-        people.append(Entity("person", p, a, [
-            f"{p} (born {a['born']}) is a {_OCCUPATIONS[role]}.",
-            f"{p} was born in {home.title}.",
-            filler,
-        ]))
+        people.append(
+            Entity(
+                "person",
+                p,
+                a,
+                [
+                    f"{p} (born {a['born']}) is a {_OCCUPATIONS[role]}.",
+                    f"{p} was born in {home.title}.",
+                    filler,
+                ],
+            )
+        )
     by_role: dict[str, list[Entity]] = {}
     for p in people:
         by_role.setdefault(p.attrs["role"], []).append(p)
@@ -185,34 +367,69 @@ def generate_world(seed: int = DEFAULT_SEED, scale: float = 1.0) -> World:
     films = []
     for _ in range(n["film"]):
         f, d, loc = names.film(), pick(by_role["director"]), pick(towns)
-        a = {"year": int(rng.integers(1930, 2024)), "director": d.title, "location": loc.title,
-             "genre": str(rng.choice(_FILM_GENRES))}
-        films.append(Entity("film", f, a, [
-            f"{f} is a {a['year']} {a['genre']} film.",
-            f"It was directed by {d.title}.",
-            f"The film was shot in {loc.title}.",
-        ]))
+        a = {
+            "year": int(rng.integers(1930, 2024)),
+            "director": d.title,
+            "location": loc.title,
+            "genre": str(rng.choice(_FILM_GENRES)),
+        }
+        films.append(
+            Entity(
+                "film",
+                f,
+                a,
+                [
+                    f"{f} is a {a['year']} {a['genre']} film.",
+                    f"It was directed by {d.title}.",
+                    f"The film was shot in {loc.title}.",
+                ],
+            )
+        )
     companies = []
     for _ in range(n["company"]):
         c, fo, hq = names.company(), pick(by_role["founder"]), pick(towns)
-        a = {"founded": int(rng.integers(1850, 2020)), "founder": fo.title, "hq": hq.title,
-             "industry": str(rng.choice(_INDUSTRIES))}
-        companies.append(Entity("company", c, a, [
-            f"{c} is a {a['industry']} company founded in {a['founded']}.",
-            f"It was founded by {fo.title}.",
-            f"Its headquarters are in {hq.title}.",
-        ]))
+        a = {
+            "founded": int(rng.integers(1850, 2020)),
+            "founder": fo.title,
+            "hq": hq.title,
+            "industry": str(rng.choice(_INDUSTRIES)),
+        }
+        companies.append(
+            Entity(
+                "company",
+                c,
+                a,
+                [
+                    f"{c} is a {a['industry']} company founded in {a['founded']}.",
+                    f"It was founded by {fo.title}.",
+                    f"Its headquarters are in {hq.title}.",
+                ],
+            )
+        )
     bands = []
     for _ in range(n["band"]):
         b, s, origin = names.band(), pick(by_role["singer"]), pick(towns)
-        a = {"formed": int(rng.integers(1955, 2020)), "singer": s.title, "origin": origin.title,
-             "genre": str(rng.choice(_BAND_GENRES))}
-        bands.append(Entity("band", b, a, [
-            f"{b} is a {a['genre']} band.",
-            f"The band was formed in {origin.title} in {a['formed']}.",
-            f"Its lead singer is {s.title}.",
-        ]))
-    return World({"town": towns, "person": people, "film": films, "company": companies, "band": bands})
+        a = {
+            "formed": int(rng.integers(1955, 2020)),
+            "singer": s.title,
+            "origin": origin.title,
+            "genre": str(rng.choice(_BAND_GENRES)),
+        }
+        bands.append(
+            Entity(
+                "band",
+                b,
+                a,
+                [
+                    f"{b} is a {a['genre']} band.",
+                    f"The band was formed in {origin.title} in {a['formed']}.",
+                    f"Its lead singer is {s.title}.",
+                ],
+            )
+        )
+    return World(
+        {"town": towns, "person": people, "film": films, "company": companies, "band": bands}
+    )
 
 
 def passage_contents(e: Entity) -> str:
@@ -252,10 +469,14 @@ def _bridge(kind: str, first: Entity, idx: dict[str, Entity]) -> tuple[str, list
 
 
 _BRIDGE_FIRST_KIND = {
-    "film_director_birthplace": "film", "film_director_birthyear": "film",
-    "company_founder_birthplace": "company", "band_singer_birthyear": "band",
-    "person_birthplace_river": "person", "company_hq_province": "company",
-    "film_location_founded": "film", "band_origin_province": "band",
+    "film_director_birthplace": "film",
+    "film_director_birthyear": "film",
+    "company_founder_birthplace": "company",
+    "band_singer_birthyear": "band",
+    "person_birthplace_river": "person",
+    "company_hq_province": "company",
+    "film_location_founded": "film",
+    "band_origin_province": "band",
 }
 #: comparison template -> (entity kind, attribute, True when the smaller value wins, sentence id)
 _COMPARISON = {
@@ -282,8 +503,18 @@ def generate_questions(world: World, num_bridge: int, num_comparison: int, seed:
             continue
         used.add((kind, first.title))
         answer, sp, second = _bridge(kind, first, idx)
-        out.append(_record(f"bridge-{kind}", BRIDGE_TEMPLATES[kind].format(e=first.title), answer,
-                           "bridge", sp, [first, second], everything, rng))
+        out.append(
+            _record(
+                f"bridge-{kind}",
+                BRIDGE_TEMPLATES[kind].format(e=first.title),
+                answer,
+                "bridge",
+                sp,
+                [first, second],
+                everything,
+                rng,
+            )
+        )
     comp_kinds = list(COMPARISON_TEMPLATES)
     n_comp = 0
     while n_comp < num_comparison:
@@ -297,8 +528,18 @@ def generate_questions(world: World, num_bridge: int, num_comparison: int, seed:
         used.add((kind, a.title, b.title))
         win = a if (a.attrs[attr] < b.attrs[attr]) == smaller else b
         q = COMPARISON_TEMPLATES[kind].format(a=a.title, b=b.title)
-        out.append(_record(f"comparison-{kind}", q, win.title, "comparison",
-                           [[a.title, sid], [b.title, sid]], [a, b], everything, rng))
+        out.append(
+            _record(
+                f"comparison-{kind}",
+                q,
+                win.title,
+                "comparison",
+                [[a.title, sid], [b.title, sid]],
+                [a, b],
+                everything,
+                rng,
+            )
+        )
         n_comp += 1
     order = rng.permutation(len(out))
     records = [out[int(k)] for k in order]
@@ -307,8 +548,16 @@ def generate_questions(world: World, num_bridge: int, num_comparison: int, seed:
     return records
 
 
-def _record(template: str, question: str, answer: str, qtype: str, sp: list, gold: list[Entity],
-            everything: list[Entity], rng: np.random.Generator) -> dict:
+def _record(
+    template: str,
+    question: str,
+    answer: str,
+    qtype: str,
+    sp: list,
+    gold: list[Entity],
+    everything: list[Entity],
+    rng: np.random.Generator,
+) -> dict:
     gold_titles = {g.title for g in gold}
     distractors: list[Entity] = []
     while len(distractors) < 8:
@@ -316,19 +565,31 @@ def _record(template: str, question: str, answer: str, qtype: str, sp: list, gol
         if e.title not in gold_titles and e not in distractors:
             distractors.append(e)
     # as in real HotpotQA, every sentence after the first keeps its leading space
-    context = [[e.title, [s if k == 0 else " " + s for k, s in enumerate(e.sentences)]]
-               for e in gold + distractors]
+    context = [
+        [e.title, [s if k == 0 else " " + s for k, s in enumerate(e.sentences)]]
+        for e in gold + distractors
+    ]
     perm = rng.permutation(len(context))
-    return {"_id": "", "question": question, "answer": answer, "type": qtype, "level": "medium",
-            "template": template, "supporting_facts": sp,
-            "context": [context[int(k)] for k in perm]}
+    return {
+        "_id": "",
+        "question": question,
+        "answer": answer,
+        "type": qtype,
+        "level": "medium",
+        "template": template,
+        "supporting_facts": sp,
+        "context": [context[int(k)] for k in perm],
+    }
 
 
 def corpus_rows(world: World, seed: int, prefix: str = "syn") -> list[dict]:
     """The world's passages as wiki-18 rows, in a seeded shuffled order."""
     ents = world.all()
     perm = np.random.default_rng(seed + 2).permutation(len(ents))
-    return [{"id": f"{prefix}-p{k:06d}", "contents": passage_contents(ents[int(i)])} for k, i in enumerate(perm)]
+    return [
+        {"id": f"{prefix}-p{k:06d}", "contents": passage_contents(ents[int(i)])}
+        for k, i in enumerate(perm)
+    ]
 
 
 def _write_gz_jsonl(path: Path, rows: list[dict]) -> None:
@@ -338,8 +599,9 @@ def _write_gz_jsonl(path: Path, rows: list[dict]) -> None:
             gz.write((json.dumps(r, ensure_ascii=False) + "\n").encode("utf-8"))
 
 
-def build(out_dir: Path = HERE, seed: int = DEFAULT_SEED, num_bridge: int = 320,
-          num_comparison: int = 60) -> tuple[Path, Path]:
+def build(
+    out_dir: Path = HERE, seed: int = DEFAULT_SEED, num_bridge: int = 320, num_comparison: int = 60
+) -> tuple[Path, Path]:
     """Write the question and corpus files; returns their paths."""
     world = generate_world(seed)
     questions = generate_questions(world, num_bridge, num_comparison, seed)

@@ -42,24 +42,33 @@ def divisor_sum(r: random.Random) -> dict:
     n = r.randint(200, 20000)
     want = int(sp.divisor_sigma(n))
     _check(want, sum(d for d in range(1, n + 1) if n % d == 0))
-    return {"problem": f"What is the sum of all positive divisors of {n}?", "answer": str(want),
-            "solution": f"sympy.divisor_sigma({n}) = {want}"}
+    return {
+        "problem": f"What is the sum of all positive divisors of {n}?",
+        "answer": str(want),
+        "solution": f"sympy.divisor_sigma({n}) = {want}",
+    }
 
 
 def power_mod(r: random.Random) -> dict:
     a, b, m = r.randint(2, 99), r.randint(50, 5000), r.randint(7, 997)
     want = pow(a, b, m)
     _check(want, (a**b) % m)
-    return {"problem": f"Find the remainder when ${a}^{{{b}}}$ is divided by ${m}$.", "answer": str(want),
-            "solution": f"pow({a}, {b}, {m}) = {want}"}
+    return {
+        "problem": f"Find the remainder when ${a}^{{{b}}}$ is divided by ${m}$.",
+        "answer": str(want),
+        "solution": f"pow({a}, {b}, {m}) = {want}",
+    }
 
 
 def totient(r: random.Random) -> dict:
     n = r.randint(100, 5000)
     want = int(sp.totient(n))
     _check(want, sum(1 for k in range(1, n + 1) if math.gcd(k, n) == 1))
-    return {"problem": f"How many positive integers not exceeding {n} are relatively prime to {n}?",
-            "answer": str(want), "solution": f"Euler's totient: phi({n}) = {want}"}
+    return {
+        "problem": f"How many positive integers not exceeding {n} are relatively prime to {n}?",
+        "answer": str(want),
+        "solution": f"Euler's totient: phi({n}) = {want}",
+    }
 
 
 def modular_inverse(r: random.Random) -> dict:
@@ -70,8 +79,11 @@ def modular_inverse(r: random.Random) -> dict:
             break
     want = (b * pow(a, -1, m)) % m
     _check(want, next(x for x in range(m) if (a * x - b) % m == 0))
-    return {"problem": f"Find the smallest nonnegative integer $x$ such that ${a}x \\equiv {b} \\pmod{{{m}}}$.",
-            "answer": str(want), "solution": f"x = {b} * {a}^(-1) mod {m} = {want}"}
+    return {
+        "problem": f"Find the smallest nonnegative integer $x$ such that ${a}x \\equiv {b} \\pmod{{{m}}}$.",
+        "answer": str(want),
+        "solution": f"x = {b} * {a}^(-1) mod {m} = {want}",
+    }
 
 
 def largest_prime_factor(r: random.Random) -> dict:
@@ -83,8 +95,11 @@ def largest_prime_factor(r: random.Random) -> dict:
             best, k = d, k // d
         d += 1
     _check(want, max(best, k) if k > 1 else best)
-    return {"problem": f"What is the largest prime factor of {n}?", "answer": str(want),
-            "solution": f"sympy.factorint({n}) = {dict(sp.factorint(n))}"}
+    return {
+        "problem": f"What is the largest prime factor of {n}?",
+        "answer": str(want),
+        "solution": f"sympy.factorint({n}) = {dict(sp.factorint(n))}",
+    }
 
 
 # ------------------------------------------------------------------ combinatorics
@@ -95,39 +110,73 @@ def lattice_paths(r: random.Random) -> dict:
     for i, j in itertools.product(range(1, a + 1), range(1, b + 1)):
         grid[i][j] = grid[i - 1][j] + grid[i][j - 1]
     _check(want, grid[a][b])
-    return {"problem": f"How many lattice paths go from $(0,0)$ to $({a},{b})$ using unit steps right or up?",
-            "answer": str(want), "solution": f"C({a + b}, {a}) = {want}"}
+    return {
+        "problem": f"How many lattice paths go from $(0,0)$ to $({a},{b})$ using unit steps right or up?",
+        "answer": str(want),
+        "solution": f"C({a + b}, {a}) = {want}",
+    }
 
 
 def word_arrangements(r: random.Random) -> dict:
-    word = r.choice(["MISSISSIPPI", "BANANA", "COMMITTEE", "STATISTICS", "ALGEBRA", "PEPPER",
-                     "BOOKKEEPER", "ARRANGEMENT", "LETTER", "CALCULUS", "PARABOLA", "TENNESSEE"])
+    word = r.choice(
+        [
+            "MISSISSIPPI",
+            "BANANA",
+            "COMMITTEE",
+            "STATISTICS",
+            "ALGEBRA",
+            "PEPPER",
+            "BOOKKEEPER",
+            "ARRANGEMENT",
+            "LETTER",
+            "CALCULUS",
+            "PARABOLA",
+            "TENNESSEE",
+        ]
+    )
     word = word[: r.randint(5, len(word))]
     counts = [word.count(c) for c in sorted(set(word))]
     want = math.factorial(len(word)) // math.prod(math.factorial(c) for c in counts)
     brute = len(set(itertools.permutations(word))) if len(word) <= 8 else want
     _check(want, brute)
-    return {"problem": f"How many distinct arrangements of the letters of the word {word} are there?",
-            "answer": str(want), "solution": f"{len(word)}! / prod(counts!) = {want}"}
+    return {
+        "problem": f"How many distinct arrangements of the letters of the word {word} are there?",
+        "answer": str(want),
+        "solution": f"{len(word)}! / prod(counts!) = {want}",
+    }
 
 
 def stars_and_bars(r: random.Random) -> dict:
     n, k, low = r.randint(6, 20), r.randint(2, 5), r.randint(0, 1)
     want = math.comb(n - low * k + k - 1, k - 1)
-    brute = sum(1 for xs in itertools.product(range(low, n + 1), repeat=k) if sum(xs) == n) if k <= 4 else want
+    brute = (
+        sum(1 for xs in itertools.product(range(low, n + 1), repeat=k) if sum(xs) == n)
+        if k <= 4
+        else want
+    )
     _check(want, brute)
     kind = "positive" if low else "nonnegative"
-    return {"problem": f"How many ordered {k}-tuples of {kind} integers sum to {n}?", "answer": str(want),
-            "solution": f"stars and bars: C({n - low * k + k - 1}, {k - 1}) = {want}"}
+    return {
+        "problem": f"How many ordered {k}-tuples of {kind} integers sum to {n}?",
+        "answer": str(want),
+        "solution": f"stars and bars: C({n - low * k + k - 1}, {k - 1}) = {want}",
+    }
 
 
 def derangements(r: random.Random) -> dict:
     n = r.randint(4, 12)
     want = int(sp.subfactorial(n))
-    brute = sum(1 for p in itertools.permutations(range(n)) if all(p[i] != i for i in range(n))) if n <= 7 else round(math.factorial(n) / math.e)
+    brute = (
+        sum(1 for p in itertools.permutations(range(n)) if all(p[i] != i for i in range(n)))
+        if n <= 7
+        else round(math.factorial(n) / math.e)
+    )
     _check(want, brute)
-    return {"problem": f"In how many ways can {n} letters be put into their {n} addressed envelopes so that no letter is in its own envelope?",
-            "answer": str(want), "solution": f"!{n} = {want}"}
+    return {
+        "problem": f"In how many ways can {n} letters be put into their {n} addressed envelopes so that no letter is in its own envelope?",
+        "answer": str(want),
+        "solution": f"!{n} = {want}",
+    }
 
 
 def partitions(r: random.Random) -> dict:
@@ -138,8 +187,11 @@ def partitions(r: random.Random) -> dict:
         for total in range(part, n + 1):
             ways[total] += ways[total - part]
     _check(want, ways[n])
-    return {"problem": f"In how many ways can {n} be written as a sum of positive integers, ignoring order?",
-            "answer": str(want), "solution": f"p({n}) = {want}"}
+    return {
+        "problem": f"In how many ways can {n} be written as a sum of positive integers, ignoring order?",
+        "answer": str(want),
+        "solution": f"p({n}) = {want}",
+    }
 
 
 # ------------------------------------------------------------------ algebra
@@ -150,8 +202,11 @@ def linear_equation(r: random.Random) -> dict:
         c += 1
     sol = sp.solve(sp.Eq(a * x + b, c * x + d), x)[0]
     _check(sol, Fraction(d - b, a - c))
-    return {"problem": f"Solve for $x$: ${sp.latex(a * x + b)} = {sp.latex(c * x + d)}$.", "answer": _tex(sol),
-            "solution": f"x = ({d} - {b}) / ({a} - {c}) = {sol}"}
+    return {
+        "problem": f"Solve for $x$: ${sp.latex(a * x + b)} = {sp.latex(c * x + d)}$.",
+        "answer": _tex(sol),
+        "solution": f"x = ({d} - {b}) / ({a} - {c}) = {sol}",
+    }
 
 
 def root_power_sum(r: random.Random) -> dict:
@@ -161,8 +216,11 @@ def root_power_sum(r: random.Random) -> dict:
     k = r.randint(2, 4)
     want = sum(sp.Pow(t, k) for t in sp.roots(sp.Poly(p, x), multiple=True))
     _check(want, sum(t**k for t in roots))
-    return {"problem": f"Let $r_1, r_2, r_3$ be the roots of ${sp.latex(p)} = 0$. Compute $r_1^{k} + r_2^{k} + r_3^{k}$.",
-            "answer": str(int(want)), "solution": f"roots {sorted(roots)}; power sum {want}"}
+    return {
+        "problem": f"Let $r_1, r_2, r_3$ be the roots of ${sp.latex(p)} = 0$. Compute $r_1^{k} + r_2^{k} + r_3^{k}$.",
+        "answer": str(int(want)),
+        "solution": f"roots {sorted(roots)}; power sum {want}",
+    }
 
 
 def linear_system(r: random.Random) -> dict:
@@ -176,8 +234,11 @@ def linear_system(r: random.Random) -> dict:
     want = sp.nsimplify(sol[x] + sol[y])
     det = a * d - b * c
     _check(want, Fraction(e * d - b * f, det) + Fraction(a * f - c * e, det))
-    return {"problem": f"If ${sp.latex(a * x + b * y)} = {e}$ and ${sp.latex(c * x + d * y)} = {f}$, what is $x + y$?",
-            "answer": _tex(want), "solution": f"x = {sol[x]}, y = {sol[y]}"}
+    return {
+        "problem": f"If ${sp.latex(a * x + b * y)} = {e}$ and ${sp.latex(c * x + d * y)} = {f}$, what is $x + y$?",
+        "answer": _tex(want),
+        "solution": f"x = {sol[x]}, y = {sol[y]}",
+    }
 
 
 def quadratic_product(r: random.Random) -> dict:
@@ -187,8 +248,11 @@ def quadratic_product(r: random.Random) -> dict:
     sols = sp.solve(a * x**2 + b * x + c, x)
     want = sp.nsimplify(sp.expand(sp.prod(sols)) if len(sols) == 2 else sols[0] ** 2)
     _check(want, Fraction(c, a))
-    return {"problem": f"Find the product of the roots (with multiplicity, complex roots allowed) of ${sp.latex(a * x**2 + b * x + c)} = 0$.",
-            "answer": _tex(want), "solution": f"Vieta: c/a = {want}"}
+    return {
+        "problem": f"Find the product of the roots (with multiplicity, complex roots allowed) of ${sp.latex(a * x**2 + b * x + c)} = 0$.",
+        "answer": _tex(want),
+        "solution": f"Vieta: c/a = {want}",
+    }
 
 
 # ------------------------------------------------------------------ calculus
@@ -199,8 +263,11 @@ def definite_integral(r: random.Random) -> dict:
     want = sp.integrate(poly, (x, lo, hi))
     anti = sp.Poly(poly, x).integrate().as_expr()
     _check(want, anti.subs(x, hi) - anti.subs(x, lo))
-    return {"problem": f"Evaluate $\\int_{{{lo}}}^{{{hi}}} \\left({sp.latex(poly)}\\right)\\,dx$.", "answer": _tex(want),
-            "solution": f"antiderivative {anti}; value {want}"}
+    return {
+        "problem": f"Evaluate $\\int_{{{lo}}}^{{{hi}}} \\left({sp.latex(poly)}\\right)\\,dx$.",
+        "answer": _tex(want),
+        "solution": f"antiderivative {anti}; value {want}",
+    }
 
 
 def derivative_value(r: random.Random) -> dict:
@@ -213,8 +280,11 @@ def derivative_value(r: random.Random) -> dict:
     approx = (f.subs(x, at + h) - f.subs(x, at - h)) / (2 * h)
     if abs(float(approx) - float(want)) > 1e-4 * max(1, abs(float(want))):
         raise AssertionError("derivative cross-check failed")
-    return {"problem": f"Let $f(x) = {sp.latex(f)}$. Compute $f'({at})$.", "answer": sp.latex(want),
-            "solution": f"f'(x) = {sp.diff(f, x)}; f'({at}) = {want}"}
+    return {
+        "problem": f"Let $f(x) = {sp.latex(f)}$. Compute $f'({at})$.",
+        "answer": sp.latex(want),
+        "solution": f"f'(x) = {sp.diff(f, x)}; f'({at}) = {want}",
+    }
 
 
 def series_sum(r: random.Random) -> dict:
@@ -223,20 +293,32 @@ def series_sum(r: random.Random) -> dict:
     term = a * k**p + r.randint(-3, 3)
     want = sp.summation(term, (k, 1, n))
     _check(want, sum(term.subs(k, i) for i in range(1, n + 1)))
-    return {"problem": f"Compute $\\sum_{{k=1}}^{{{n}}} \\left({sp.latex(term)}\\right)$.", "answer": str(int(want)),
-            "solution": f"closed form of the sum gives {want}"}
+    return {
+        "problem": f"Compute $\\sum_{{k=1}}^{{{n}}} \\left({sp.latex(term)}\\right)$.",
+        "answer": str(int(want)),
+        "solution": f"closed form of the sum gives {want}",
+    }
 
 
 def limit_ratio(r: random.Random) -> dict:
     x = sp.Symbol("x")
     a, b = r.randint(1, 9), r.randint(1, 9)
-    f = r.choice([sp.sin(a * x) / sp.tan(b * x), (sp.exp(a * x) - 1) / sp.sin(b * x), (1 - sp.cos(a * x)) / (b * x**2)])
+    f = r.choice(
+        [
+            sp.sin(a * x) / sp.tan(b * x),
+            (sp.exp(a * x) - 1) / sp.sin(b * x),
+            (1 - sp.cos(a * x)) / (b * x**2),
+        ]
+    )
     want = sp.limit(f, x, 0)
     approx = f.subs(x, sp.Rational(1, 10**6)).evalf(30)
     if abs(float(approx) - float(want)) > 1e-4:
         raise AssertionError("limit cross-check failed")
-    return {"problem": f"Compute $\\lim_{{x \\to 0}} {sp.latex(f)}$.", "answer": _tex(want),
-            "solution": f"Taylor expansion gives {want}"}
+    return {
+        "problem": f"Compute $\\lim_{{x \\to 0}} {sp.latex(f)}$.",
+        "answer": _tex(want),
+        "solution": f"Taylor expansion gives {want}",
+    }
 
 
 GENERATORS: dict[str, tuple[str, Callable[[random.Random], dict]]] = {

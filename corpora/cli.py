@@ -42,7 +42,9 @@ def detect_format(path: Path) -> str:
         return "wiki18"
     if "context" in row or "question" in row:
         return "hotpotqa"
-    raise SystemExit(f"trace-gym corpus: cannot tell the format of {path}; pass --format wiki18 or hotpotqa")
+    raise SystemExit(
+        f"trace-gym corpus: cannot tell the format of {path}; pass --format wiki18 or hotpotqa"
+    )
 
 
 def _load_passages(path: Path, fmt: str, limit: int | None, progress: bool) -> list:
@@ -57,15 +59,24 @@ def _load_passages(path: Path, fmt: str, limit: int | None, progress: bool) -> l
     if fmt == "hotpotqa":
         return context_passages(load_hotpotqa(path))[:limit]
     out = []
-    for r in tqdm(iter_jsonl(path), desc="reading passages", unit="psg", disable=not progress, file=sys.stderr):
+    for r in tqdm(
+        iter_jsonl(path), desc="reading passages", unit="psg", disable=not progress, file=sys.stderr
+    ):
         out.append(passage_from_contents(str(r.get("id", len(out))), str(r["contents"])))
         if limit is not None and len(out) >= limit:
             break
     return out
 
 
-def build_index(input_path: Path, out: Path, retriever: str = "bm25", fmt: str = "auto",
-                limit: int | None = None, progress: bool = True, **options: Any) -> dict[str, Any]:
+def build_index(
+    input_path: Path,
+    out: Path,
+    retriever: str = "bm25",
+    fmt: str = "auto",
+    limit: int | None = None,
+    progress: bool = True,
+    **options: Any,
+) -> dict[str, Any]:
     """Build and save an index; returns a small report (passages, seconds, path)."""
     from trace_gym.envs.hotpotqa.retrievers import build_retriever
 
@@ -77,19 +88,35 @@ def build_index(input_path: Path, out: Path, retriever: str = "bm25", fmt: str =
     r.save(out)
     r.close()
     t2 = time.perf_counter()
-    return {"format": fmt, "passages": len(passages), "retriever": retriever, "out": str(out),
-            "load_s": round(t1 - t0, 3), "build_s": round(t2 - t1, 3)}
+    return {
+        "format": fmt,
+        "passages": len(passages),
+        "retriever": retriever,
+        "out": str(out),
+        "load_s": round(t1 - t0, 3),
+        "build_s": round(t2 - t1, 3),
+    }
 
 
 def _build_main(argv: list[str]) -> int:
-    ap = argparse.ArgumentParser(prog="trace-gym corpus build", description="Build a retrieval index from a corpus.")
-    ap.add_argument("--input", required=True, type=Path, help="wiki-18 JSONL or HotpotQA JSON/JSONL (.gz ok)")
+    ap = argparse.ArgumentParser(
+        prog="trace-gym corpus build", description="Build a retrieval index from a corpus."
+    )
+    ap.add_argument(
+        "--input", required=True, type=Path, help="wiki-18 JSONL or HotpotQA JSON/JSONL (.gz ok)"
+    )
     ap.add_argument("--out", required=True, type=Path, help="index directory to write")
     ap.add_argument("--format", default="auto", choices=["auto", "wiki18", "hotpotqa"])
-    ap.add_argument("--retriever", default="bm25", help="bm25 (default), dense-flat, dense-hnsw, pyserini")
+    ap.add_argument(
+        "--retriever", default="bm25", help="bm25 (default), dense-flat, dense-hnsw, pyserini"
+    )
     ap.add_argument("--limit", type=int, default=None, help="index only the first N passages")
-    ap.add_argument("--encoder", default="minilm", help="dense: minilm (bundled) or e5 (needs --model-path)")
-    ap.add_argument("--model-path", default=None, help="dense: local directory of the embedding model")
+    ap.add_argument(
+        "--encoder", default="minilm", help="dense: minilm (bundled) or e5 (needs --model-path)"
+    )
+    ap.add_argument(
+        "--model-path", default=None, help="dense: local directory of the embedding model"
+    )
     ap.add_argument("--batch-size", type=int, default=64, help="dense: encoding batch size")
     ap.add_argument("--device", default="cpu", help="dense: torch device for the encoder")
     ap.add_argument("--no-progress", action="store_true", help="hide the progress bars")
@@ -99,13 +126,24 @@ def _build_main(argv: list[str]) -> int:
         return 2
     options: dict[str, Any] = {}
     if args.retriever.startswith("dense"):
-        options["encoder"] = {"model": args.encoder, "model_path": args.model_path,
-                              "batch_size": args.batch_size, "device": args.device}
+        options["encoder"] = {
+            "model": args.encoder,
+            "model_path": args.model_path,
+            "batch_size": args.batch_size,
+            "device": args.device,
+        }
     from trace_gym.errors import TraceGymError
 
     try:
-        report = build_index(args.input, args.out, args.retriever, args.format, args.limit,
-                             not args.no_progress, **options)
+        report = build_index(
+            args.input,
+            args.out,
+            args.retriever,
+            args.format,
+            args.limit,
+            not args.no_progress,
+            **options,
+        )
     except TraceGymError as e:
         print(f"trace-gym corpus build: {e}", file=sys.stderr)
         return 2
@@ -121,7 +159,10 @@ def _generate_main(argv: list[str]) -> int:
 
 SUBCOMMANDS = {
     "build": (_build_main, "build an index from a wiki-18 JSONL or HotpotQA JSON file"),
-    "generate-default": (_generate_main, "regenerate the bundled HotpotQA-format question set and corpus"),
+    "generate-default": (
+        _generate_main,
+        "regenerate the bundled HotpotQA-format question set and corpus",
+    ),
 }
 
 
@@ -133,7 +174,9 @@ def main(argv: list[str]) -> int:
             print(f"  {name:<18} {help_}")
         return 0
     if argv[0] not in SUBCOMMANDS:
-        print(f"trace-gym corpus: unknown subcommand {argv[0]!r}; choose one of: {', '.join(SUBCOMMANDS)}",
-              file=sys.stderr)
+        print(
+            f"trace-gym corpus: unknown subcommand {argv[0]!r}; choose one of: {', '.join(SUBCOMMANDS)}",
+            file=sys.stderr,
+        )
         return 2
     return int(SUBCOMMANDS[argv[0]][0](argv[1:]) or 0)

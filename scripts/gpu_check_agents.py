@@ -32,15 +32,23 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--new-tokens", type=int, default=128)
     p.add_argument("--layers", type=int, default=28)
     p.add_argument("--critic-states", type=int, default=256)
-    p.add_argument("--cpu-smoke", action="store_true", help="run the same code on CPU in float32 (tiny sizes advised)")
+    p.add_argument(
+        "--cpu-smoke",
+        action="store_true",
+        help="run the same code on CPU in float32 (tiny sizes advised)",
+    )
     args = p.parse_args(argv)
     try:
         import torch
     except ImportError:
-        print("gpu_check_agents: torch is not installed (pip install 'trace-gym[train]'); nothing checked")
+        print(
+            "gpu_check_agents: torch is not installed (pip install 'trace-gym[train]'); nothing checked"
+        )
         return 0
     if not torch.cuda.is_available() and not args.cpu_smoke:
-        print("gpu_check_agents: SKIPPED - no CUDA device (torch.cuda.is_available() is False); nothing checked")
+        print(
+            "gpu_check_agents: SKIPPED - no CUDA device (torch.cuda.is_available() is False); nothing checked"
+        )
         return 0
 
     from trace_gym.agents.critic import CriticPredictor
@@ -66,13 +74,27 @@ def main(argv: list[str] | None = None) -> int:
     def peak_gib() -> float:
         return round(torch.cuda.max_memory_allocated() / 2**30, 2) if cuda else float("nan")
 
-    report: dict = {"device": torch.cuda.get_device_name(0) if cuda else "cpu (smoke run)", "torch": torch.__version__}
-    texts = [f"Question {i}: what is {i} plus {i * 7}? Think step by step, then answer." for i in range(2000)]
+    report: dict = {
+        "device": torch.cuda.get_device_name(0) if cuda else "cpu (smoke run)",
+        "torch": torch.__version__,
+    }
+    texts = [
+        f"Question {i}: what is {i} plus {i * 7}? Think step by step, then answer."
+        for i in range(2000)
+    ]
     tok = build_tokenizer(texts, vocab_size=1024)
     cfg = Qwen3Config(
-        vocab_size=151936, hidden_size=1024, intermediate_size=3072, num_hidden_layers=args.layers,
-        num_attention_heads=16, num_key_value_heads=8, head_dim=128, max_position_embeddings=40960,
-        tie_word_embeddings=True, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
+        vocab_size=151936,
+        hidden_size=1024,
+        intermediate_size=3072,
+        num_hidden_layers=args.layers,
+        num_attention_heads=16,
+        num_key_value_heads=8,
+        head_dim=128,
+        max_position_embeddings=40960,
+        tie_word_embeddings=True,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
     )
     torch.manual_seed(0)
     model = Qwen3ForCausalLM(cfg).to(torch.bfloat16 if cuda else torch.float32).to(dev)
@@ -80,8 +102,15 @@ def main(argv: list[str] | None = None) -> int:
 
     # ---------------------------------------------------------------- generation
     env_id = "gpu-check"
-    fmt = ReActFormat("gpu", "You are a helpful assistant.", stop=(), max_new_tokens=args.new_tokens)
-    pol = HFPolicy(model, tok, SamplingConfig(temperature=1.0, top_p=0.95, max_batch=args.batch), formats={env_id: fmt})
+    fmt = ReActFormat(
+        "gpu", "You are a helpful assistant.", stop=(), max_new_tokens=args.new_tokens
+    )
+    pol = HFPolicy(
+        model,
+        tok,
+        SamplingConfig(temperature=1.0, top_p=0.95, max_batch=args.batch),
+        formats={env_id: fmt},
+    )
     pol.chat.eos_ids = set()  # a random model would stop at random; measure full-length turns
     convs = [Conversation(env_id, f"t{i}", texts[i], (), seed=i) for i in range(args.batch)]
     pol.generate(convs[:2])  # warm-up (kernels, allocator)
@@ -93,8 +122,11 @@ def main(argv: list[str] | None = None) -> int:
     dt = time.perf_counter() - t
     n_tok = sum(len(o.token_ids or []) for o in outs)
     report["generation"] = {
-        "batch": args.batch, "new_tokens": args.new_tokens, "generated_tokens": n_tok,
-        "tokens_per_s": round(n_tok / dt, 1), "seconds": round(dt, 2),
+        "batch": args.batch,
+        "new_tokens": args.new_tokens,
+        "generated_tokens": n_tok,
+        "tokens_per_s": round(n_tok / dt, 1),
+        "seconds": round(dt, 2),
         "peak_memory_gib": peak_gib(),
         "errors": sum(o.error is not None for o in outs),
     }
@@ -104,7 +136,9 @@ def main(argv: list[str] | None = None) -> int:
     with torch.no_grad():
         logp = torch.log_softmax(model(input_ids=ids).logits[0].float(), dim=-1)
     rec = [float(logp[len(ctx) + j - 1, tid]) for j, tid in enumerate(outs[0].token_ids)]
-    report["generation"]["max_abs_logprob_diff_bf16"] = round(max(abs(a - b) for a, b in zip(rec, outs[0].logprobs, strict=True)), 4)
+    report["generation"]["max_abs_logprob_diff_bf16"] = round(
+        max(abs(a - b) for a, b in zip(rec, outs[0].logprobs, strict=True)), 4
+    )
 
     # ---------------------------------------------------------------- critic
     with tempfile.TemporaryDirectory() as d:
@@ -115,8 +149,10 @@ def main(argv: list[str] | None = None) -> int:
             torch.cuda.empty_cache()
         reset_peak()
         critic = CriticPredictor(d, device=dev, max_tokens=512, batch_size=32)
-        states = [State(f"p{i}", texts[i], tuple((f"step {k}", f"obs {k} " * 20) for k in range(i % 6)))
-                  for i in range(args.critic_states)]
+        states = [
+            State(f"p{i}", texts[i], tuple((f"step {k}", f"obs {k} " * 20) for k in range(i % 6)))
+            for i in range(args.critic_states)
+        ]
         critic.predict(states[:32])
         sync()
         t = time.perf_counter()

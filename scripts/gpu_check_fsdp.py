@@ -3,14 +3,14 @@
 
 Builds a random-init Qwen3-0.6B-shaped model (``--tiny``: a small one) with a tokenizer
 trained locally on scripted Sim episodes, saves it, and runs ``trace-gym bench train``'s
-code (`trace_gym.trainers.train_bench.run_bench`): the single-process trainer, then the
+code (`trace_gym.bench.train.run_bench`): the single-process trainer, then the
 `ShardedTrainer` under torchrun on ``--world-size`` GPUs (default: all visible), full
 fine-tune with fp32 master weights, bf16 compute, fp32 gradient reduction, gradient
 checkpointing and a bf16 generator copy on rank 0. Prints JSON lines: the bench report
 (step time, peak memory per rank, diffs to one process - bf16 compute does not match the
 fp32 reference to fp32 tolerance, so the diffs are informative only), then per rank the
 measured peak (``torch.cuda.max_memory_allocated``) against
-`trace_gym.trainers.train_bench.memory_estimate` at the run's longest sample, and the
+`trace_gym.bench.train.memory_estimate` at the run's longest sample, and the
 ratio. No downloads. Exits 3 without CUDA (``--tiny --device cpu``: a CPU smoke run).
 """
 
@@ -43,36 +43,71 @@ def build_model_dir(tiny: bool, out: Path) -> Path:
 def config(path: Path, device: str, args: argparse.Namespace) -> dict:
     cuda = device.startswith("cuda")
     return {
-        "steps": args.steps, "seed": 0, "save_every": 1, "tensorboard": False, "progress": False,
-        "policy": {"kind": "hf", "path": str(path), "device": device, "dtype": "float32", "max_new_tokens": args.new_tokens,
-                   "max_context": 2048, "gen_batch": args.gen_batch, "gradient_checkpointing": True},
-        "rollout": {"env_id": "trace/Sim-v0", "env_kwargs": {"preset": "math-r06", "num_tasks": 8}, "allocator": "trace",
-                    "predictor": "empirical", "root_budget": 16, "replays_per_root": 1.0, "candidates_per_step": 4,
-                    "m_max": 8, "group_size": 4},
+        "steps": args.steps,
+        "seed": 0,
+        "save_every": 1,
+        "tensorboard": False,
+        "progress": False,
+        "policy": {
+            "kind": "hf",
+            "path": str(path),
+            "device": device,
+            "dtype": "float32",
+            "max_new_tokens": args.new_tokens,
+            "max_context": 2048,
+            "gen_batch": args.gen_batch,
+            "gradient_checkpointing": True,
+        },
+        "rollout": {
+            "env_id": "trace/Sim-v0",
+            "env_kwargs": {"preset": "math-r06", "num_tasks": 8},
+            "allocator": "trace",
+            "predictor": "empirical",
+            "root_budget": 16,
+            "replays_per_root": 1.0,
+            "candidates_per_step": 4,
+            "m_max": 8,
+            "group_size": 4,
+        },
         # a random-init model rarely succeeds: train on zero-advantage samples too (the memory is the same)
         "algo": {"name": "treerpo", "skip_zero_advantage": False},
         "optim": {"lr": 1e-5, "micro_batch_size": 1, "mini_batch_size": 8, "max_seq_len": 2048},
-        "dist": {"param_dtype": "bfloat16" if cuda else None, "reduce_dtype": "float32" if cuda else None,
-                 "generator_dtype": "bfloat16" if cuda else None, "backend": "nccl" if cuda else "gloo"},
-    }  # fmt: skip
+        "dist": {
+            "param_dtype": "bfloat16" if cuda else None,
+            "reduce_dtype": "float32" if cuda else None,
+            "generator_dtype": "bfloat16" if cuda else None,
+            "backend": "nccl" if cuda else "gloo",
+        },
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--device", default="cuda")
-    p.add_argument("--tiny", action="store_true", help="a tiny model instead of the 0.6B shape (smoke runs)")
-    p.add_argument("--world-size", type=int, default=None, help="ranks of the sharded run (default: visible GPUs)")
+    p.add_argument(
+        "--tiny", action="store_true", help="a tiny model instead of the 0.6B shape (smoke runs)"
+    )
+    p.add_argument(
+        "--world-size",
+        type=int,
+        default=None,
+        help="ranks of the sharded run (default: visible GPUs)",
+    )
     p.add_argument("--steps", type=int, default=2)
     p.add_argument("--new-tokens", type=int, default=64)
     p.add_argument("--gen-batch", type=int, default=16)
     p.add_argument("--json", help="also write the report here")
     args = p.parse_args(argv)
     import torch
-    from trace_gym.trainers.train_bench import SHAPES, ModelShape, memory_estimate, run_bench
+    from trace_gym.bench.train import SHAPES, ModelShape, memory_estimate, run_bench
 
     cuda = args.device.startswith("cuda")
     if cuda and not torch.cuda.is_available():
-        print(json.dumps({"skipped": "no CUDA device; run with --tiny --device cpu for a smoke run"}))
+        print(
+            json.dumps({"skipped": "no CUDA device; run with --tiny --device cpu for a smoke run"})
+        )
         return 3
     world = args.world_size or (torch.cuda.device_count() if cuda else 2)
     with tempfile.TemporaryDirectory(prefix="trace-gym-fsdp-check-") as tmp:
@@ -82,13 +117,27 @@ def main(argv: list[str] | None = None) -> int:
     shape = ModelShape(2.3e6, 64, 128, 2, 1024, 1, 32, True) if args.tiny else SHAPES["qwen3-0.6b"]
     run = rep["world_sizes"][str(world) if world != 1 else "1-sharded"]
     seq = int(run["max_sample_len"] or 2048)
-    est = memory_estimate(shape, world, micro_batch=1, seq_len=seq, gen_batch=args.gen_batch, gen_context=seq)
+    est = memory_estimate(
+        shape, world, micro_batch=1, seq_len=seq, gen_batch=args.gen_batch, gen_context=seq
+    )
     for rank, measured in enumerate(run["peak_mem_mb"]):
         want = (est["rank0"] if rank == 0 else est["other_ranks"]) / 2**20
-        print(json.dumps({"check": "memory_formula", "rank": rank, "world_size": world, "seq_len": seq,
-                          "measured_mb": measured, "estimate_mb": want, "ratio": measured / want,
-                          "terms_mb": {k: v / 2**20 for k, v in est.items()},
-                          "what": "peak_cuda_mb" if cuda else "peak_rss_mb (CPU: not comparable)"}), flush=True)  # fmt: skip
+        print(
+            json.dumps(
+                {
+                    "check": "memory_formula",
+                    "rank": rank,
+                    "world_size": world,
+                    "seq_len": seq,
+                    "measured_mb": measured,
+                    "estimate_mb": want,
+                    "ratio": measured / want,
+                    "terms_mb": {k: v / 2**20 for k, v in est.items()},
+                    "what": "peak_cuda_mb" if cuda else "peak_rss_mb (CPU: not comparable)",
+                }
+            ),
+            flush=True,
+        )
     if args.json:
         Path(args.json).write_text(json.dumps({"report": rep, "estimate": est}, indent=1) + "\n")
     return 0

@@ -26,14 +26,35 @@ def qwen3_model(tiny: bool, vocab: int, tokenizer, dtype):
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
     if tiny:
-        cfg = Qwen3Config(vocab_size=vocab, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                          num_attention_heads=2, num_key_value_heads=1, head_dim=32, max_position_embeddings=4096)
+        cfg = Qwen3Config(
+            vocab_size=vocab,
+            hidden_size=64,
+            intermediate_size=128,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            num_key_value_heads=1,
+            head_dim=32,
+            max_position_embeddings=4096,
+        )
     else:  # Qwen3-0.6B's published shape (vocab 151936)
-        cfg = Qwen3Config(vocab_size=151936, hidden_size=1024, intermediate_size=3072, num_hidden_layers=28,
-                          num_attention_heads=16, num_key_value_heads=8, head_dim=128, max_position_embeddings=40960,
-                          rope_theta=1000000.0, rms_norm_eps=1e-6)
+        cfg = Qwen3Config(
+            vocab_size=151936,
+            hidden_size=1024,
+            intermediate_size=3072,
+            num_hidden_layers=28,
+            num_attention_heads=16,
+            num_key_value_heads=8,
+            head_dim=128,
+            max_position_embeddings=40960,
+            rope_theta=1000000.0,
+            rms_norm_eps=1e-6,
+        )
     cfg.tie_word_embeddings = True
-    cfg.eos_token_id, cfg.pad_token_id, cfg.bos_token_id = tokenizer.eos_token_id, tokenizer.pad_token_id, None
+    cfg.eos_token_id, cfg.pad_token_id, cfg.bos_token_id = (
+        tokenizer.eos_token_id,
+        tokenizer.pad_token_id,
+        None,
+    )
     return Qwen3ForCausalLM(cfg).to(dtype)
 
 
@@ -47,7 +68,9 @@ def build_policy(args):
     tokenizer = build_tokenizer(episode_texts(episodes), 1024)
     dtype = torch.bfloat16 if args.device.startswith("cuda") else torch.float32
     model = qwen3_model(args.tiny, len(tokenizer), tokenizer, dtype).to(args.device)
-    sampling = SamplingConfig(temperature=1.0, max_new_tokens=args.new_tokens, max_batch=args.gen_batch)
+    sampling = SamplingConfig(
+        temperature=1.0, max_new_tokens=args.new_tokens, max_batch=args.gen_batch
+    )
     return HFPolicy(model, tokenizer, sampling)
 
 
@@ -68,11 +91,23 @@ def run_one(args, lora: bool, predictor: str) -> dict:
     policy = build_policy(args)
     kwargs = {"device": args.device} if predictor == "critic" else {}
     cfg = TrainConfig(
-        steps=1, out_dir=tempfile.mkdtemp(prefix="gpu-check-"), tensorboard=False, progress=False, save_every=0,
+        steps=1,
+        out_dir=tempfile.mkdtemp(prefix="gpu-check-"),
+        tensorboard=False,
+        progress=False,
+        save_every=0,
         policy=PolicyConfig(kind="custom", device=args.device, lora=lora, lora_r=16),
-        rollout=RolloutConfig(env_id="trace/Sim-v0", allocator="trace", predictor=predictor, predictor_kwargs=kwargs,
-                              root_budget=args.roots, replays_per_root=1.0, candidates_per_step=args.roots // 2,
-                              m_max=4, group_size=2),
+        rollout=RolloutConfig(
+            env_id="trace/Sim-v0",
+            allocator="trace",
+            predictor=predictor,
+            predictor_kwargs=kwargs,
+            root_budget=args.roots,
+            replays_per_root=1.0,
+            candidates_per_step=args.roots // 2,
+            m_max=4,
+            group_size=2,
+        ),
         algo=AlgoConfig(name="treerpo"),
         optim=OptimConfig(lr=1e-5, micro_batch_size=args.micro_batch, max_seq_len=4096),
     )
@@ -81,20 +116,37 @@ def run_one(args, lora: bool, predictor: str) -> dict:
     setup_s = time.perf_counter() - t0
     m = trainer.train_step(0)
     peak = torch.cuda.max_memory_allocated() / 2**30 if args.device.startswith("cuda") else None
-    return {"mode": "lora" if lora else "full", "predictor": predictor, "device": args.device, "tiny": args.tiny,
-            "setup_s": round(setup_s, 2), "step_s": round(m["time_rollout_s"] + m["time_train_s"], 2),
-            "rollout_s": round(m["time_rollout_s"], 2), "train_s": round(m["time_train_s"], 2),
-            "gen_tokens_per_s": round(m["gen_tokens_per_s"], 1), "train_tokens_per_s": round(m["train_tokens_per_s"], 1),
-            "generated_tokens": m["generated_tokens"], "roots": m["roots"], "replays": m["replays"],
-            "failed_branches": m["failed_branches"], "policy_version": policy.version,
-            "predictor_update": {k[len("predictor_"):]: v for k, v in m.items() if k.startswith("predictor_")},
-            "peak_gpu_mem_gib": None if peak is None else round(peak, 2)}
+    return {
+        "mode": "lora" if lora else "full",
+        "predictor": predictor,
+        "device": args.device,
+        "tiny": args.tiny,
+        "setup_s": round(setup_s, 2),
+        "step_s": round(m["time_rollout_s"] + m["time_train_s"], 2),
+        "rollout_s": round(m["time_rollout_s"], 2),
+        "train_s": round(m["time_train_s"], 2),
+        "gen_tokens_per_s": round(m["gen_tokens_per_s"], 1),
+        "train_tokens_per_s": round(m["train_tokens_per_s"], 1),
+        "generated_tokens": m["generated_tokens"],
+        "roots": m["roots"],
+        "replays": m["replays"],
+        "failed_branches": m["failed_branches"],
+        "policy_version": policy.version,
+        "predictor_update": {
+            k[len("predictor_") :]: v for k, v in m.items() if k.startswith("predictor_")
+        },
+        "peak_gpu_mem_gib": None if peak is None else round(peak, 2),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--device", default="cuda")
-    p.add_argument("--tiny", action="store_true", help="a tiny model instead of the 0.6B shape (smoke runs)")
+    p.add_argument(
+        "--tiny", action="store_true", help="a tiny model instead of the 0.6B shape (smoke runs)"
+    )
     p.add_argument("--modes", default="lora,full")
     p.add_argument("--predictors", default="empirical,critic")
     p.add_argument("--roots", type=int, default=16)
@@ -105,7 +157,9 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     if args.device.startswith("cuda") and not torch.cuda.is_available():
-        print(json.dumps({"skipped": "no CUDA device; run with --tiny --device cpu for a smoke run"}))
+        print(
+            json.dumps({"skipped": "no CUDA device; run with --tiny --device cpu for a smoke run"})
+        )
         return 3
     for mode in args.modes.split(","):
         for predictor in args.predictors.split(","):

@@ -23,13 +23,31 @@ def qwen3_config(tiny: bool):
     from transformers import Qwen3Config
 
     if tiny:
-        return Qwen3Config(vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                           num_attention_heads=2, num_key_value_heads=1, head_dim=32, max_position_embeddings=2048,
-                           tie_word_embeddings=True)
+        return Qwen3Config(
+            vocab_size=512,
+            hidden_size=64,
+            intermediate_size=128,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            num_key_value_heads=1,
+            head_dim=32,
+            max_position_embeddings=2048,
+            tie_word_embeddings=True,
+        )
     # Qwen3-0.6B's published shape
-    return Qwen3Config(vocab_size=151936, hidden_size=1024, intermediate_size=3072, num_hidden_layers=28,
-                       num_attention_heads=16, num_key_value_heads=8, head_dim=128, max_position_embeddings=40960,
-                       rope_theta=1000000.0, rms_norm_eps=1e-6, tie_word_embeddings=True)
+    return Qwen3Config(
+        vocab_size=151936,
+        hidden_size=1024,
+        intermediate_size=3072,
+        num_hidden_layers=28,
+        num_attention_heads=16,
+        num_key_value_heads=8,
+        head_dim=128,
+        max_position_embeddings=40960,
+        rope_theta=1000000.0,
+        rms_norm_eps=1e-6,
+        tie_word_embeddings=True,
+    )
 
 
 def run_mode(args, mode: str) -> dict:
@@ -48,8 +66,15 @@ def run_mode(args, mode: str) -> dict:
     if mode == "lora":
         from peft import LoraConfig, get_peft_model
 
-        model = get_peft_model(model, LoraConfig(r=16, lora_alpha=32, task_type="CAUSAL_LM",
-                                                 target_modules=["q_proj", "k_proj", "v_proj", "o_proj"]))
+        model = get_peft_model(
+            model,
+            LoraConfig(
+                r=16,
+                lora_alpha=32,
+                task_type="CAUSAL_LM",
+                target_modules=["q_proj", "k_proj", "v_proj", "o_proj"],
+            ),
+        )
     if args.grad_ckpt:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         if mode == "lora":
@@ -63,8 +88,14 @@ def run_mode(args, mode: str) -> dict:
     sync()
     t0 = time.perf_counter()
     with torch.no_grad():
-        out = model.generate(input_ids=prompts, attention_mask=torch.ones_like(prompts), do_sample=True,
-                             max_new_tokens=args.new_tokens, min_new_tokens=args.new_tokens, pad_token_id=0)
+        out = model.generate(
+            input_ids=prompts,
+            attention_mask=torch.ones_like(prompts),
+            do_sample=True,
+            max_new_tokens=args.new_tokens,
+            min_new_tokens=args.new_tokens,
+            pad_token_id=0,
+        )
     sync()
     gen_s = time.perf_counter() - t0
     gen_tokens = int((out.shape[1] - args.prompt_len) * args.batch)
@@ -86,17 +117,28 @@ def run_mode(args, mode: str) -> dict:
         old = []
         for i in range(0, len(samples), args.micro_batch):
             b = collate(samples[i : i + args.micro_batch])
-            logits = model(input_ids=b.input_ids.to(dev), attention_mask=b.attention_mask.to(dev)).logits
+            logits = model(
+                input_ids=b.input_ids.to(dev), attention_mask=b.attention_mask.to(dev)
+            ).logits
             old.append(token_logprobs(logits, b.input_ids.to(dev)).float())
     model.train()
     opt.zero_grad(set_to_none=True)
     stats = {}
     for k, i in enumerate(range(0, len(samples), args.micro_batch)):
         b = collate(samples[i : i + args.micro_batch])
-        logits = model(input_ids=b.input_ids.to(dev), attention_mask=b.attention_mask.to(dev)).logits
+        logits = model(
+            input_ids=b.input_ids.to(dev), attention_mask=b.attention_mask.to(dev)
+        ).logits
         logp = token_logprobs(logits, b.input_ids.to(dev))
-        res = policy_loss(logp, old[k], b.advantages.to(dev), b.loss_mask.to(dev), b.weights.to(dev),
-                          dual_clip=3.0, tokens=tokens)
+        res = policy_loss(
+            logp,
+            old[k],
+            b.advantages.to(dev),
+            b.loss_mask.to(dev),
+            b.weights.to(dev),
+            dual_clip=3.0,
+            tokens=tokens,
+        )
         res.loss.backward()
         stats = {"clip_frac": res.clip_frac, "ratio_mean": res.ratio_mean}
     torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], 1.0)
@@ -105,7 +147,8 @@ def run_mode(args, mode: str) -> dict:
     step_s = time.perf_counter() - t1
     report = {
         "mode": mode,
-        "device": str(dev) + (f" ({torch.cuda.get_device_name(dev)})" if dev.type == "cuda" else ""),
+        "device": str(dev)
+        + (f" ({torch.cuda.get_device_name(dev)})" if dev.type == "cuda" else ""),
         "dtype": str(dtype).replace("torch.", ""),
         "parameters": sum(p.numel() for p in model.parameters()),
         "trainable": trainable,
@@ -126,9 +169,13 @@ def run_mode(args, mode: str) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("--device", default="cuda")
-    p.add_argument("--tiny", action="store_true", help="a tiny config instead of the 0.6B shape (smoke runs)")
+    p.add_argument(
+        "--tiny", action="store_true", help="a tiny config instead of the 0.6B shape (smoke runs)"
+    )
     p.add_argument("--modes", default="lora,full")
     p.add_argument("--batch", type=int, default=16)
     p.add_argument("--prompt-len", type=int, default=256)
@@ -139,11 +186,17 @@ def main(argv: list[str] | None = None) -> int:
     try:
         import torch
     except ImportError:
-        print("gpu_check_train: torch is not installed (pip install 'trace-gym[train]')", file=sys.stderr)
+        print(
+            "gpu_check_train: torch is not installed (pip install 'trace-gym[train]')",
+            file=sys.stderr,
+        )
         return 3
     if args.device.startswith("cuda") and not torch.cuda.is_available():
-        print("gpu_check_train: no CUDA device available - nothing to check here "
-              "(run on a GPU machine, or use --device cpu --tiny for a smoke run)", file=sys.stderr)
+        print(
+            "gpu_check_train: no CUDA device available - nothing to check here "
+            "(run on a GPU machine, or use --device cpu --tiny for a smoke run)",
+            file=sys.stderr,
+        )
         return 3
     for mode in args.modes.split(","):
         print(json.dumps(run_mode(args, mode.strip())), flush=True)

@@ -23,7 +23,9 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--roots", type=int, default=8, help="M: root rollouts per generation batch")
     ap.add_argument("--replays", type=float, default=0.5, help="N: replays per root")
-    ap.add_argument("--candidates", type=int, default=4, help="distinct prompts per generation batch")
+    ap.add_argument(
+        "--candidates", type=int, default=4, help="distinct prompts per generation batch"
+    )
     ap.add_argument("--group", type=int, default=4, help="TRL num_generations (rows per block)")
     ap.add_argument("--advantage", default="treerpo")
     ap.add_argument("--out", default="runs/trl_tiny")
@@ -34,28 +36,58 @@ def main() -> None:
     import torch
     from trace_gym.agents.hf import HFPolicy
     from trace_gym.agents.tiny import default_test_config, tiny_model_dir
-    from trace_gym.trainers.pipeline import pipeline_preset
+    from trace_gym.bench.pipeline import pipeline_preset
     from trace_gym.trainers.trl_adapter import ALLOCATION_FILE, TRLRolloutConfig, make_grpo_trainer
     from trl import GRPOConfig
 
     torch.set_num_threads(1)
     t0 = time.perf_counter()
-    policy = HFPolicy.from_pretrained(str(tiny_model_dir(default_test_config(env_kwargs={"trace/Sim-v0": {"num_tasks": 8}}))),
-                                      temperature=1.0, max_batch=32)
+    policy = HFPolicy.from_pretrained(
+        str(tiny_model_dir(default_test_config(env_kwargs={"trace/Sim-v0": {"num_tasks": 8}}))),
+        temperature=1.0,
+        max_batch=32,
+    )
     preset = pipeline_preset()
-    args = GRPOConfig(output_dir=a.out, per_device_train_batch_size=a.candidates * a.group, num_generations=a.group,
-                      max_steps=a.steps, logging_steps=1, save_strategy="no", report_to="none", use_cpu=True,
-                      scale_rewards="none", learning_rate=1e-3, seed=0, temperature=1.0, disable_tqdm=True)
-    cfg = TRLRolloutConfig(root_budget=a.roots, replays_per_root=a.replays, m_max=4, advantage=a.advantage)
-    trainer = make_grpo_trainer(policy, lambda: gym.make("trace/Sim-v0", preset=preset, num_tasks=8, seed=0), args, cfg)
+    args = GRPOConfig(
+        output_dir=a.out,
+        per_device_train_batch_size=a.candidates * a.group,
+        num_generations=a.group,
+        max_steps=a.steps,
+        logging_steps=1,
+        save_strategy="no",
+        report_to="none",
+        use_cpu=True,
+        scale_rewards="none",
+        learning_rate=1e-3,
+        seed=0,
+        temperature=1.0,
+        disable_tqdm=True,
+    )
+    cfg = TRLRolloutConfig(
+        root_budget=a.roots, replays_per_root=a.replays, m_max=4, advantage=a.advantage
+    )
+    trainer = make_grpo_trainer(
+        policy, lambda: gym.make("trace/Sim-v0", preset=preset, num_tasks=8, seed=0), args, cfg
+    )
     t1 = time.perf_counter()
     trainer.train()
     t2 = time.perf_counter()
-    records = [json.loads(line) for line in (Path(a.out) / ALLOCATION_FILE).read_text().splitlines()][-a.steps:]
+    records = [
+        json.loads(line) for line in (Path(a.out) / ALLOCATION_FILE).read_text().splitlines()
+    ][-a.steps :]
     logs = [h for h in trainer.state.log_history if "loss" in h]
-    steps = [{"step": r["step"], "loss": h["loss"], "grad_norm": h["grad_norm"], "group_sizes": r["group_sizes"],
-              "replays": r["replays"], "unit_rows": h["trace/unit_rows"], "env_reward": h["trace/reward"]}
-             for r, h in zip(records, logs, strict=True)]
+    steps = [
+        {
+            "step": r["step"],
+            "loss": h["loss"],
+            "grad_norm": h["grad_norm"],
+            "group_sizes": r["group_sizes"],
+            "replays": r["replays"],
+            "unit_rows": h["trace/unit_rows"],
+            "env_reward": h["trace/reward"],
+        }
+        for r, h in zip(records, logs, strict=True)
+    ]
     for s in steps:
         print(json.dumps(s))
     summary = {"setup_s": round(t1 - t0, 2), "train_s": round(t2 - t1, 2), "steps": steps}

@@ -39,8 +39,10 @@ ALLOWED_SKIPS: dict[str, re.Pattern[str]] = {
 #: an extra (CI's pyserini venv) fails where its tests would skip
 for _name in filter(None, (n.strip() for n in os.environ.get("TRACE_GYM_REQUIRE", "").split(","))):
     if _name not in ALLOWED_SKIPS:
-        raise pytest.UsageError(f"TRACE_GYM_REQUIRE: {_name!r} is not an allowed skip reason "
-                                f"({', '.join(ALLOWED_SKIPS)})")
+        raise pytest.UsageError(
+            f"TRACE_GYM_REQUIRE: {_name!r} is not an allowed skip reason "
+            f"({', '.join(ALLOWED_SKIPS)})"
+        )
     del ALLOWED_SKIPS[_name]
 
 

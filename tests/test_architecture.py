@@ -26,10 +26,15 @@ ROOTS: dict[str, str] = {
     "agents": "trace_gym.agents",
     "trainers": "trace_gym.trainers",
     "corpora": "trace_gym.corpora",
+    "bench": "trace_gym.bench",
 }
 
 #: the packages the core (everything from the trace_gym/ folder) must never import
-OUTWARD = ("trace_gym.envs", "trace_gym.agents", "trace_gym.trainers")
+OUTWARD = ("trace_gym.envs", "trace_gym.agents", "trace_gym.trainers", "trace_gym.bench")
+
+#: the application layer: it stands above every other root, and only it (and the tests)
+#: may import it
+APPLICATION = "trace_gym.bench"
 
 #: one step's layers, top first: a module may import those below its layer, never above
 #: (a layer that has no module yet, like trace_gym.plan before it is written, is checked
@@ -39,7 +44,7 @@ STEP_LAYERS = ("trace_gym.runner", "trace_gym.plan", "trace_gym.alloc", "trace_g
 #: longest function allowed, in lines from `def` to its last line
 MAX_FUNCTION_LINES = 60
 #: the folders whose functions are held to it
-LENGTH_ROOTS = ("trace_gym", "envs", "agents", "trainers")
+LENGTH_ROOTS = ("trace_gym", "envs", "agents", "trainers", "bench")
 
 
 @dataclass(frozen=True)
@@ -193,8 +198,10 @@ def cycle_violations(edges: list[Edge]) -> list[str]:
     out = []
     for comp in strongly_connected(adj):
         members = set(comp)
-        inner = sorted({e for e in edges if e.importer in members and e.imported in members},
-                       key=lambda e: (e.importer, e.imported, e.where))  # fmt: skip
+        inner = sorted(
+            {e for e in edges if e.importer in members and e.imported in members},
+            key=lambda e: (e.importer, e.imported, e.where),
+        )
         lines = "\n    ".join(f"{e.importer} -> {e.imported} ({e.where})" for e in inner)
         out.append(f"{' <-> '.join(comp)}:\n    {lines}")
     return out
@@ -257,6 +264,16 @@ def test_core_never_imports_envs_agents_trainers():
     assert not bad, _report("core modules reach outward (use a 'module:attr' entry point)", bad)
 
 
+def test_nothing_below_the_application_layer_imports_it():
+    modules, edges = import_graph()
+    bad = [
+        f"{e.importer} -> {e.imported} ({e.where})"
+        for e in edges
+        if _in(e.imported, APPLICATION) and not _in(e.importer, APPLICATION)
+    ]
+    assert not bad, _report(f"modules outside {APPLICATION} import it", bad)
+
+
 def test_no_import_cycles():
     _, edges = import_graph()
     bad = cycle_violations(edges)
@@ -282,21 +299,25 @@ def _write(tmp: Path, files: dict[str, str]) -> None:
 
 
 def test_checker_finds_lazy_typechecking_and_relative_imports(tmp_path, monkeypatch):
-    _write(tmp_path, {
-        "trace_gym/__init__.py": "",
-        "trace_gym/runner.py": "from trace_gym import scheduling\n",
-        "trace_gym/scheduling.py": (
-            "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .runner import Runner\n"
-        ),
-        "trace_gym/alloc/__init__.py": "from .policies import make\n",
-        "trace_gym/alloc/policies.py": "def make():\n    from trace_gym.agents.tiny import model\n",
-        "trace_gym/plan.py": "import trace_gym.runner\n",
-        "agents/__init__.py": "",
-        "agents/tiny.py": "import trace_gym.alloc\nmodel = 1\n",
-        "envs/__init__.py": "", "trainers/__init__.py": "",
-        "trace_gym/tree.py": "from trace_gym import corpora\n",
-        "corpora/__init__.py": "import trace_gym.envs\n",
-    })  # fmt: skip
+    _write(
+        tmp_path,
+        {
+            "trace_gym/__init__.py": "",
+            "trace_gym/runner.py": "from trace_gym import scheduling\n",
+            "trace_gym/scheduling.py": (
+                "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .runner import Runner\n"
+            ),
+            "trace_gym/alloc/__init__.py": "from .policies import make\n",
+            "trace_gym/alloc/policies.py": "def make():\n    from trace_gym.agents.tiny import model\n",
+            "trace_gym/plan.py": "import trace_gym.runner\n",
+            "agents/__init__.py": "",
+            "agents/tiny.py": "import trace_gym.alloc\nmodel = 1\n",
+            "envs/__init__.py": "",
+            "trainers/__init__.py": "",
+            "trace_gym/tree.py": "from trace_gym import corpora\n",
+            "corpora/__init__.py": "import trace_gym.envs\n",
+        },
+    )
     monkeypatch.setitem(globals(), "ROOT", tmp_path)
     modules, edges = import_graph()
     assert {(e.importer, e.imported) for e in edges} == {

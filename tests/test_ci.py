@@ -61,11 +61,17 @@ def test_slow_marks_are_read_from_decorators_and_pytestmark(tmp_path):
 
 def test_ci_runs_the_pyserini_tests_in_their_own_fresh_venv_where_they_cannot_skip():
     run = (ROOT / ".ci" / "run").read_text()
-    assert 'rm -rf "$PYSERINI_VENV"' in run and 'scripts/setup_pyserini_venv.sh "$PYSERINI_VENV"' in run
+    assert (
+        'rm -rf "$PYSERINI_VENV"' in run
+        and 'scripts/setup_pyserini_venv.sh "$PYSERINI_VENV"' in run
+    )
     step = next(ln for ln in run.splitlines() if "-m pyserini" in ln)
     assert "TRACE_GYM_REQUIRE=pyserini" in step and '"$PYSERINI_VENV/bin/python" -m pytest' in step
-    marked = [p for p in (ROOT / "tests").rglob("test_*.py")
-              if p.name != "test_ci.py" and "pytest.mark.pyserini" in p.read_text()]
+    marked = [
+        p
+        for p in (ROOT / "tests").rglob("test_*.py")
+        if p.name != "test_ci.py" and "pytest.mark.pyserini" in p.read_text()
+    ]
     assert marked, "no test is marked pyserini"
     # the step runs tests/hotpotqa only (the rest of the suite needs the main venv's extras)
     assert all(p.parent.name == "hotpotqa" for p in marked), marked
@@ -79,8 +85,15 @@ def test_no_installed_package_shadows_the_project_tests_package():
     import sys
 
     found = subprocess.run(
-        [sys.executable, "-c", "import importlib.util as u; s = u.find_spec('tests'); print(s and s.origin)"],
-        cwd="/", capture_output=True, text=True, check=True,
+        [
+            sys.executable,
+            "-c",
+            "import importlib.util as u; s = u.find_spec('tests'); print(s and s.origin)",
+        ],
+        cwd="/",
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout.strip()
     assert found in ("None", ""), f"an installed package provides a top-level `tests`: {found}"
 

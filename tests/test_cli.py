@@ -8,8 +8,10 @@ import pytest
 
 from trace_gym import cli
 
-TARGETS = {**{f"command {k}": v[0] for k, v in cli.COMMANDS.items()},
-           **{f"bench {k}": v[0] for k, v in cli.BENCHMARKS.items()}}  # fmt: skip
+TARGETS = {
+    **{f"command {k}": v[0] for k, v in cli.COMMANDS.items()},
+    **{f"bench {k}": v[0] for k, v in cli.BENCHMARKS.items()},
+}
 
 
 @pytest.mark.parametrize("name", list(TARGETS))
@@ -24,7 +26,11 @@ def test_core_benchmarks_live_under_bench_and_env_benchmarks_with_their_env():
         core = module.startswith("trace_gym.bench.")
         # an env's benchmarks sit in its own folder, in modules named bench*.py
         parts = module.split(".")
-        env = module.startswith("trace_gym.envs.") and len(parts) == 4 and parts[3].startswith("bench")
+        env = (
+            module.startswith("trace_gym.envs.")
+            and len(parts) == 4
+            and parts[3].startswith("bench")
+        )
         trainer = module.startswith("trace_gym.trainers.")  # benchmarks that train (bench learn)
         assert core or env or trainer, f"benchmark {name!r} lives in {module}"
 

@@ -32,7 +32,9 @@ def test_make_and_checkpoint_contract(env_id):
 
 @pytest.mark.parametrize("env_id", IDS)
 def test_make_in_a_fresh_interpreter(env_id):
-    code = f"import gymnasium as gym, trace_gym; e = gym.make({env_id!r}); e.reset(seed=0); e.close()"
+    code = (
+        f"import gymnasium as gym, trace_gym; e = gym.make({env_id!r}); e.reset(seed=0); e.close()"
+    )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=300)
 
 

@@ -17,7 +17,9 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def _git(cwd, *args):
-    return subprocess.run(["git", *args], cwd=cwd, check=True, capture_output=True, text=True).stdout.strip()
+    return subprocess.run(
+        ["git", *args], cwd=cwd, check=True, capture_output=True, text=True
+    ).stdout.strip()
 
 
 def test_git_state_commit_and_dirty_flag(tmp_path):
@@ -53,8 +55,22 @@ def test_record_fields_and_config_forms(tmp_path):
 
 def test_bench_alloc_out_dir_holds_provenance(tmp_path):
     out = tmp_path / "bench"
-    cmd = [sys.executable, "-m", "trace_gym.cli", "bench", "alloc", "--steps", "1", "--roots", "8",
-           "--policies", "grpo", "--no-progress", "--out", str(out)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "trace_gym.cli",
+        "bench",
+        "alloc",
+        "--steps",
+        "1",
+        "--roots",
+        "8",
+        "--policies",
+        "grpo",
+        "--no-progress",
+        "--out",
+        str(out),
+    ]
     subprocess.run(cmd, check=True, capture_output=True, timeout=300)
     rec = json.loads((out / PROVENANCE_FILE).read_text())
     assert rec["command"][1:] == cmd[3:]  # argv after `-m trace_gym.cli`
@@ -72,14 +88,23 @@ def test_bench_wrap_restore_out_dir_holds_provenance(tmp_path):
 
 def test_trainer_run_dir_holds_provenance(tmp_path):
     pytest.importorskip("transformers")
-    spec = importlib.util.spec_from_file_location("trainers_conftest", ROOT / "tests/trainers/conftest.py")
+    spec = importlib.util.spec_from_file_location(
+        "trainers_conftest", ROOT / "tests/trainers/conftest.py"
+    )
     helpers = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(helpers)
     from trace_gym.trainers.config import TrainConfig
     from trace_gym.trainers.loop import Trainer
 
-    cfg = TrainConfig.from_dict({"steps": 1, "out_dir": str(tmp_path / "run"), "tensorboard": False,
-                                 "progress": False, "policy": {"kind": "custom"}})
+    cfg = TrainConfig.from_dict(
+        {
+            "steps": 1,
+            "out_dir": str(tmp_path / "run"),
+            "tensorboard": False,
+            "progress": False,
+            "policy": {"kind": "custom"},
+        }
+    )
     Trainer(cfg, policy=helpers.CharPolicy(helpers.tiny_qwen3()), env_factory=helpers.GuessEnv)
     rec = json.loads((tmp_path / "run" / PROVENANCE_FILE).read_text())
     assert rec["config"]["out_dir"] == str(tmp_path / "run") and rec["config"]["steps"] == 1

@@ -71,7 +71,9 @@ class Budget:
 
     def __post_init__(self) -> None:
         if self.roots < 0 or self.replays < 0:
-            raise ConfigError(f"budget counts must be >= 0, got {self.roots} roots, {self.replays} replays")
+            raise ConfigError(
+                f"budget counts must be >= 0, got {self.roots} roots, {self.replays} replays"
+            )
         if not self.replay_cost >= 0:
             raise ConfigError(f"replay_cost must be >= 0, got {self.replay_cost}")
 
@@ -93,7 +95,9 @@ class Budget:
         """
         return replays * self.replay_cost if cost_aware else replays
 
-    def accounted(self, roots: int | None = None, replay_charges: Iterable[float] | float | None = None) -> float:
+    def accounted(
+        self, roots: int | None = None, replay_charges: Iterable[float] | float | None = None
+    ) -> float:
         """Trajectory-equivalents: every root costs 1, every replay what it was charged.
 
         With no arguments, the budget itself: M (1 + N * replay_cost). `replay_charges`

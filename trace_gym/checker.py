@@ -56,7 +56,9 @@ def _compare(where: str, want: _StepRecord, got: _StepRecord, volatile: frozense
     for name in ("obs", "reward", "terminated", "truncated"):
         a, b = getattr(want, name), getattr(got, name)
         if not _equal(a, b):
-            raise CheckpointContractError(f"{where}: {name} differs after restore:\n  expected {a!r}\n  got      {b!r}")
+            raise CheckpointContractError(
+                f"{where}: {name} differs after restore:\n  expected {a!r}\n  got      {b!r}"
+            )
     a, b = _clean(want.info, volatile), _clean(got.info, volatile)
     if not _equal(a, b):
         keys = sorted(k for k in a.keys() | b.keys() if not _equal(a.get(k), b.get(k)))
@@ -77,8 +79,14 @@ def _play(env: TraceEnv, actions: list[str]) -> list[_StepRecord]:
 
 
 def _replay(
-    env: TraceEnv, ck: Checkpoint, actions: list[str], records: list[_StepRecord], label: str,
-    volatile: frozenset[str], *, check_length: str | None,
+    env: TraceEnv,
+    ck: Checkpoint,
+    actions: list[str],
+    records: list[_StepRecord],
+    label: str,
+    volatile: frozenset[str],
+    *,
+    check_length: str | None,
 ) -> None:
     """Restore `ck` into `env`, replay the recorded actions and compare every step."""
     t = ck.turn
@@ -91,7 +99,9 @@ def _replay(
 
 
 def _record_episode(
-    base: TraceEnv, act: Callable[[TraceEnv, np.random.Generator], str], rng: np.random.Generator,
+    base: TraceEnv,
+    act: Callable[[TraceEnv, np.random.Generator], str],
+    rng: np.random.Generator,
     max_steps: int,
 ) -> tuple[list[str], list[_StepRecord], dict[int, Checkpoint]]:
     """Play one episode from the current reset, checkpointing after every live turn."""
@@ -104,6 +114,38 @@ def _record_episode(
         if not base.done:
             ckpts[len(actions)] = base.checkpoint()
     return actions, records, ckpts
+
+
+def _check_one(
+    base: TraceEnv,
+    fresh_env: gym.Env | None,
+    ck: Any,
+    t: int,
+    actions: list[str],
+    records: list[Any],
+    volatile: frozenset[str],
+) -> None:
+    """Restore `ck` (taken after `t` turns) three ways and replay the rest of the episode."""
+    if ck.turn != t:
+        raise CheckpointContractError(f"checkpoint taken after {t} turns reports turn={ck.turn}")
+    # same instance, fast handle allowed
+    length = f"restore at turn {t}: episode length differs after restore"
+    _replay(base, ck, actions, records, "same env", volatile, check_length=length)
+    # same instance again through a pickled copy (portable payload only)
+    copy = pickle.loads(pickle.dumps(ck))
+    _replay(base, copy, actions, records, "pickled", volatile, check_length=None)
+    if fresh_env is not None:
+        length = f"restore at turn {t} (fresh env): episode length differs"
+        copy = pickle.loads(pickle.dumps(ck))
+        _replay(
+            unwrap(fresh_env),
+            copy,
+            actions,
+            records,
+            "fresh env, pickled",
+            volatile,
+            check_length=length,
+        )
 
 
 def check_checkpoint(
@@ -134,23 +176,17 @@ def check_checkpoint(
     actions, records, ckpts = _record_episode(base, act, np.random.default_rng(seed), max_steps)
     # pick checkpoints spread over the episode (always the first and a late one)
     turns = sorted(ckpts)
-    picked = sorted({turns[round(i * (len(turns) - 1) / max(1, num_checkpoints - 1))] for i in range(num_checkpoints)})
+    picked = sorted(
+        {
+            turns[round(i * (len(turns) - 1) / max(1, num_checkpoints - 1))]
+            for i in range(num_checkpoints)
+        }
+    )
 
     fresh_env = make_fresh() if make_fresh is not None else None
     try:
         for t in picked:
-            ck = ckpts[t]
-            if ck.turn != t:
-                raise CheckpointContractError(f"checkpoint taken after {t} turns reports turn={ck.turn}")
-            # same instance, fast handle allowed
-            _replay(base, ck, actions, records, "same env", volatile,
-                    check_length=f"restore at turn {t}: episode length differs after restore")
-            # same instance again through a pickled copy (portable payload only)
-            _replay(base, pickle.loads(pickle.dumps(ck)), actions, records, "pickled", volatile, check_length=None)
-            if fresh_env is not None:
-                _replay(unwrap(fresh_env), pickle.loads(pickle.dumps(ck)), actions, records,
-                        "fresh env, pickled", volatile,
-                        check_length=f"restore at turn {t} (fresh env): episode length differs")
+            _check_one(base, fresh_env, ckpts[t], t, actions, records, volatile)
     finally:
         for ck in ckpts.values():
             base.release(ck)
@@ -161,4 +197,8 @@ def check_checkpoint(
         from gymnasium.utils.env_checker import check_env
 
         check_env(base, skip_render_check=True)
-    return {"turns": len(actions), "checkpoints": picked, "terminated": bool(records and records[-1].terminated)}
+    return {
+        "turns": len(actions),
+        "checkpoints": picked,
+        "terminated": bool(records and records[-1].terminated),
+    }

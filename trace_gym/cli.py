@@ -23,35 +23,95 @@ from trace_gym.errors import TraceGymError
 #: command -> "module:function" (function takes argv, returns an exit code)
 COMMANDS: dict[str, tuple[str, str]] = {
     "envs": ("trace_gym.cli:envs_main", "list the registered environments"),
-    "demo": ("trace_gym.demo:main", "run the main job on the embedded defaults"),
+    "demo": ("trace_gym.bench.demo:main", "run the main job on the embedded defaults"),
     "bench": ("trace_gym.cli:bench_main", "run a benchmark (see `trace-gym bench --help`)"),
-    "corpus": ("trace_gym.corpora.cli:main", "build retrieval indexes (`trace-gym corpus build ...`)"),
-    "serve-retriever": ("trace_gym.envs.hotpotqa.server:main", "serve an index over HTTP (Search-R1 /retrieve)"),
-    "data": ("trace_gym.envs.hotpotqa.datacli:main", "convert or fetch HotpotQA data (`trace-gym data convert ...`)"),
-    "rollout": ("trace_gym.agents.rollout:main", "collect rollout trees with a policy and an allocator"),
+    "corpus": (
+        "trace_gym.corpora.cli:main",
+        "build retrieval indexes (`trace-gym corpus build ...`)",
+    ),
+    "serve-retriever": (
+        "trace_gym.envs.hotpotqa.server:main",
+        "serve an index over HTTP (Search-R1 /retrieve)",
+    ),
+    "data": (
+        "trace_gym.envs.hotpotqa.datacli:main",
+        "convert or fetch HotpotQA data (`trace-gym data convert ...`)",
+    ),
+    "rollout": (
+        "trace_gym.agents.rollout:main",
+        "collect rollout trees with a policy and an allocator",
+    ),
     "eval": ("trace_gym.agents.evaluate:main", "evaluate a policy on an env's evaluation split"),
     "train": ("trace_gym.trainers.cli:main", "train a policy from a config file"),
-    "view": ("trace_gym.bench.view:main", "write an offline HTML page of rollout trees (`trace-gym view TREES.jsonl`)"),
-    "report": ("trace_gym.bench.report_html:main", "write an HTML report of a training run directory"),
-    "sim-calibrate": ("trace_gym.sim.calibrate:main", "simulator calibration figures; --fit: fit the v2 preset families"),
+    "view": (
+        "trace_gym.bench.view:main",
+        "write an offline HTML page of rollout trees (`trace-gym view TREES.jsonl`)",
+    ),
+    "report": (
+        "trace_gym.bench.report_html:main",
+        "write an HTML report of a training run directory",
+    ),
+    "sim-calibrate": (
+        "trace_gym.sim.calibrate:main",
+        "simulator calibration figures; --fit: fit the v2 preset families",
+    ),
 }
 
 #: benchmark -> "module:function"
 BENCHMARKS: dict[str, tuple[str, str]] = {
-    "alloc-speed": ("trace_gym.bench.alloc_speed:main", "exact allocation solvers: fast vs reference DP"),
-    "alloc": ("trace_gym.bench.alloc:main", "every allocation policy on the simulator or a real env"),
-    "view": ("trace_gym.bench.view_bench:main", "tree viewer at 1,000 trees x 50 nodes: page write and render time"),
-    "math-env": ("trace_gym.envs.math.bench:main", "sandboxed interpreter: cells/s, fork vs replay restore"),
-    "judge": ("trace_gym.envs.math.bench_judge:main", "math answer judge vs math-verify on pairs from real data"),
-    "retrieval": ("trace_gym.envs.hotpotqa.bench:main", "BM25 and dense retrieval speed and recall"),
-    "retriever-server": ("trace_gym.envs.hotpotqa.bench_server:main", "serve-retriever under 64 clients vs the old server"),
+    "alloc-speed": (
+        "trace_gym.bench.alloc_speed:main",
+        "exact allocation solvers: fast vs reference DP",
+    ),
+    "alloc": (
+        "trace_gym.bench.alloc:main",
+        "every allocation policy on the simulator or a real env",
+    ),
+    "view": (
+        "trace_gym.bench.view_bench:main",
+        "tree viewer at 1,000 trees x 50 nodes: page write and render time",
+    ),
+    "math-env": (
+        "trace_gym.envs.math.bench:main",
+        "sandboxed interpreter: cells/s, fork vs replay restore",
+    ),
+    "judge": (
+        "trace_gym.envs.math.bench_judge:main",
+        "math answer judge vs math-verify on pairs from real data",
+    ),
+    "retrieval": (
+        "trace_gym.envs.hotpotqa.bench:main",
+        "BM25 and dense retrieval speed and recall",
+    ),
+    "retriever-server": (
+        "trace_gym.envs.hotpotqa.bench_server:main",
+        "serve-retriever under 64 clients vs the old server",
+    ),
     "bfcl": ("trace_gym.envs.bfcl.bench:main", "BFCL env checkpoint/restore latency and steps/s"),
-    "wrap-restore": ("trace_gym.bench.wrap_restore:main", "trace_gym.wrap restore (replay, deepcopy) vs a native checkpoint"),
-    "fuzz": ("trace_gym.bench.fuzz:main", "hostile actions into every env: exceptions and step times"),
-    "replay-cost": ("trace_gym.bench.replay_cost:main", "measured replay cost by depth (vLLM prefix cache, HF)"),
-    "generate": ("trace_gym.bench.generate:main", "tokens/s: raw generate vs HFPolicy / VLLMPolicy"),
-    "learn": ("trace_gym.trainers.learn_cli:main", "RL on the simulator at equal cost: held-out success vs cost per arm"),
-    "train": ("trace_gym.trainers.train_bench:main", "FSDP2 sharded training vs one process: diffs, step time, memory per rank"),
+    "wrap-restore": (
+        "trace_gym.bench.wrap_restore:main",
+        "trace_gym.wrap restore (replay, deepcopy) vs a native checkpoint",
+    ),
+    "fuzz": (
+        "trace_gym.bench.fuzz:main",
+        "hostile actions into every env: exceptions and step times",
+    ),
+    "replay-cost": (
+        "trace_gym.bench.replay_cost:main",
+        "measured replay cost by depth (vLLM prefix cache, HF)",
+    ),
+    "generate": (
+        "trace_gym.bench.generate:main",
+        "tokens/s: raw generate vs HFPolicy / VLLMPolicy",
+    ),
+    "learn": (
+        "trace_gym.bench.learn_cli:main",
+        "RL on the simulator at equal cost: held-out success vs cost per arm",
+    ),
+    "train": (
+        "trace_gym.bench.train:main",
+        "FSDP2 sharded training vs one process: diffs, step time, memory per rank",
+    ),
 }
 
 
@@ -61,7 +121,9 @@ def _load(target: str):
         mod = importlib.import_module(module)
     except ModuleNotFoundError as e:
         if e.name and (module == e.name or module.startswith(e.name + ".")):
-            raise SystemExit(f"trace-gym: this command is not available in this build ({module} is missing)") from e
+            raise SystemExit(
+                f"trace-gym: this command is not available in this build ({module} is missing)"
+            ) from e
         raise
     return getattr(mod, func)
 
@@ -86,7 +148,10 @@ def bench_main(argv: list[str]) -> int:
         return 0
     name, rest = argv[0], argv[1:]
     if name not in BENCHMARKS:
-        print(f"trace-gym bench: unknown benchmark {name!r}; choose one of: {', '.join(BENCHMARKS)}", file=sys.stderr)
+        print(
+            f"trace-gym bench: unknown benchmark {name!r}; choose one of: {', '.join(BENCHMARKS)}",
+            file=sys.stderr,
+        )
         return 2
     return run_command(f"trace-gym bench {name}", _load(BENCHMARKS[name][0]), rest)
 
@@ -140,7 +205,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     cmd, rest = argv[0], argv[1:]
     if cmd not in COMMANDS:
-        print(f"trace-gym: unknown command {cmd!r}; choose one of: {', '.join(COMMANDS)}", file=sys.stderr)
+        print(
+            f"trace-gym: unknown command {cmd!r}; choose one of: {', '.join(COMMANDS)}",
+            file=sys.stderr,
+        )
         return 2
     return run_command(f"trace-gym {cmd}", _load(COMMANDS[cmd][0]), rest)
 

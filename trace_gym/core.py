@@ -267,7 +267,9 @@ class TraceEnv(gym.Env[str, str]):
 
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
         if self._task_index is None:
-            raise ResetNeeded(f"{self.id}: call env.reset() (or restore a checkpoint) before step()")
+            raise ResetNeeded(
+                f"{self.id}: call env.reset() (or restore a checkpoint) before step()"
+            )
         if self._done:
             raise ResetNeeded(
                 f"{self.id}: the episode has ended (terminated or truncated); call env.reset() "
@@ -336,7 +338,9 @@ class TraceEnv(gym.Env[str, str]):
         try:
             index = self.resolve_task(checkpoint.task_id)
         except TaskNotFound as e:
-            raise CheckpointError(f"checkpoint task {checkpoint.task_id!r} is not in this env") from e
+            raise CheckpointError(
+                f"checkpoint task {checkpoint.task_id!r} is not in this env"
+            ) from e
         envelope = checkpoint.payload
         self._task_index = index
         self._turn = checkpoint.turn

@@ -74,11 +74,19 @@ class MixtureEnv(TraceEnv):
 
     env_id = "trace/Mixture-v0"
 
-    def __init__(self, members: Mapping[str, Mapping[str, Any]] | Sequence[str] = ("trace/Sim-v0",),
-                 weights: Mapping[str, float] | None = None,
-                 costs: Mapping[str, float] | None = None, render_mode: str | None = None):  # fmt: skip
+    def __init__(
+        self,
+        members: Mapping[str, Mapping[str, Any]] | Sequence[str] = ("trace/Sim-v0",),
+        weights: Mapping[str, float] | None = None,
+        costs: Mapping[str, float] | None = None,
+        render_mode: str | None = None,
+    ):
         super().__init__(max_turns=1, render_mode=render_mode)
-        spec = {m: {} for m in members} if not isinstance(members, Mapping) else {k: dict(v) for k, v in members.items()}
+        spec = (
+            {m: {} for m in members}
+            if not isinstance(members, Mapping)
+            else {k: dict(v) for k, v in members.items()}
+        )
         if len(spec) < 1:
             raise ConfigError("a mixture needs at least one member env")
         self.members = spec
@@ -91,7 +99,9 @@ class MixtureEnv(TraceEnv):
 
     def member(self, env_id: str) -> gym.Env:
         if env_id not in self.members:
-            raise TaskNotFound(f"{env_id!r} is not a member of this mixture ({sorted(self.members)})")
+            raise TaskNotFound(
+                f"{env_id!r} is not a member of this mixture ({sorted(self.members)})"
+            )
         if env_id not in self._envs:
             self._envs[env_id] = gym.make(env_id, **self.members[env_id])
         return self._envs[env_id]
@@ -99,7 +109,9 @@ class MixtureEnv(TraceEnv):
     @property
     def task_ids(self) -> list[str]:
         if self._ids is None:
-            self._ids = [f"{m}{SEP}{t}" for m in self.members for t in unwrap(self.member(m)).task_ids]
+            self._ids = [
+                f"{m}{SEP}{t}" for m in self.members for t in unwrap(self.member(m)).task_ids
+            ]
         return self._ids
 
     @property
@@ -146,7 +158,9 @@ class MixtureEnv(TraceEnv):
         options = dict(options or {})
         task = options.get("task")
         if task is None:
-            if self._np_random is None:  # reset(seed=None) before any seed: an unseeded draw, as gymnasium does
+            if (
+                self._np_random is None
+            ):  # reset(seed=None) before any seed: an unseeded draw, as gymnasium does
                 self._np_random, _ = gym.utils.seeding.np_random()
             task = self.task_ids[int(self._np_random.integers(len(self.task_ids)))]
         member, _, inner = str(task).partition(SEP)
@@ -196,21 +210,30 @@ class MixtureEnv(TraceEnv):
         raise NotImplementedError
 
 
-def _checked(what: str, table: Mapping[str, float] | None, members: Mapping[str, Any]) -> dict[str, float]:
+def _checked(
+    what: str, table: Mapping[str, float] | None, members: Mapping[str, Any]
+) -> dict[str, float]:
     out = {str(k): float(v) for k, v in (table or {}).items()}
     unknown = sorted(set(out) - set(members))
     if unknown:
-        raise ConfigError(f"mixture {what} name envs that are not members: {unknown} (members: {sorted(members)})")
-    bad = {k: v for k, v in out.items() if not np.isfinite(v) or v < 0 or (what == "costs" and v == 0)}
+        raise ConfigError(
+            f"mixture {what} name envs that are not members: {unknown} (members: {sorted(members)})"
+        )
+    bad = {
+        k: v for k, v in out.items() if not np.isfinite(v) or v < 0 or (what == "costs" and v == 0)
+    }
     if bad:
-        raise ConfigError(f"mixture {what} must be finite and {'> 0' if what == 'costs' else '>= 0'}, got {bad}")
+        raise ConfigError(
+            f"mixture {what} must be finite and {'> 0' if what == 'costs' else '>= 0'}, got {bad}"
+        )
     if what == "weights" and out and sum(out.values()) <= 0:
         raise ConfigError("mixture weights must not all be 0")
     return out
 
 
-def mixture_candidates(task_ids: Sequence[str], weights: Mapping[str, float], k: int,
-                       rng: np.random.Generator) -> list[str]:  # fmt: skip
+def mixture_candidates(
+    task_ids: Sequence[str], weights: Mapping[str, float], k: int, rng: np.random.Generator
+) -> list[str]:
     """`k` candidates split over the members by `weights` (largest remainder), sorted by task order."""
     by: dict[str, list[int]] = {}
     for i, t in enumerate(task_ids):
@@ -226,14 +249,18 @@ def mixture_candidates(task_ids: Sequence[str], weights: Mapping[str, float], k:
     picked: list[int] = []
     for m, n in zip(members, counts, strict=True):
         pool = by[m]
-        picked += [pool[i] for i in rng.choice(len(pool), size=min(int(n), len(pool)), replace=False)]
+        picked += [
+            pool[i] for i in rng.choice(len(pool), size=min(int(n), len(pool)), replace=False)
+        ]
     return [task_ids[i] for i in sorted(picked)]
 
 
 class RolloutCosts:
     """Running cost of one root rollout per env (turns or generated tokens), for the root solver."""
 
-    def __init__(self, kind: str = "turns", priors: Mapping[str, float] | None = None, momentum: float = 0.5):
+    def __init__(
+        self, kind: str = "turns", priors: Mapping[str, float] | None = None, momentum: float = 0.5
+    ):
         if kind not in ROLLOUT_COSTS[1:]:
             raise ConfigError(f"rollout cost must be one of {ROLLOUT_COSTS}, got {kind!r}")
         self.kind, self.momentum = kind, float(momentum)
@@ -281,9 +308,14 @@ def per_env_metrics(trees: Sequence[RolloutTree]) -> dict[str, dict[str, float]]
     out = {}
     for env, ts in sorted(groups.items()):
         bm = batch_metrics(ts)
-        out[env] = {"prompts": bm["prompts"], "roots": float(sum(t.info.get("root_count", 0) for t in ts)),
-                    "effective_ratio": bm["effective_ratio"], "success": bm["success_rate"],
-                    "turns": bm["turns"], "tokens": bm["tokens"]}  # fmt: skip
+        out[env] = {
+            "prompts": bm["prompts"],
+            "roots": float(sum(t.info.get("root_count", 0) for t in ts)),
+            "effective_ratio": bm["effective_ratio"],
+            "success": bm["success_rate"],
+            "turns": bm["turns"],
+            "tokens": bm["tokens"],
+        }
     return out
 
 

@@ -106,23 +106,37 @@ def plan_roots(
     values = ctx.predict(states)
     costs = ctx.root_costs(env_ids) if ctx.root_costs is not None else [1.0] * len(described)
     cands = [
-        Candidate(id=d.task_id, value=float(v), history=history.get(d.task_id, VisitHistory()),
-                  true_value=d.true_value, cost=float(c))
+        Candidate(
+            id=d.task_id,
+            value=float(v),
+            history=history.get(d.task_id, VisitHistory()),
+            true_value=d.true_value,
+            cost=float(c),
+        )
         for d, v, c in zip(described, values, costs, strict=True)
-    ]  # fmt: skip
+    ]
     rng = np.random.default_rng(stable_seed("roots", ctx.seed, ctx.step))
     with ctx.stopwatch("allocator"):
         raw = ctx.allocator.allocate_roots(cands, ctx.budget.roots, rng)
     counts = _check_counts(raw, len(cands), ctx.allocator, "root")
     spent = float(counts @ np.asarray(costs, dtype=float)) if len(cands) else 0.0
-    if spent > ctx.budget.roots + 1e-6 or (ctx.root_costs is None and counts.sum() != ctx.budget.roots):
-        log.warning("allocator placed %d root rollouts costing %.4g of a budget of %d", counts.sum(), spent, ctx.budget.roots)
+    if spent > ctx.budget.roots + 1e-6 or (
+        ctx.root_costs is None and counts.sum() != ctx.budget.roots
+    ):
+        log.warning(
+            "allocator placed %d root rollouts costing %.4g of a budget of %d",
+            counts.sum(),
+            spent,
+            ctx.budget.roots,
+        )
     works: list[PromptWork] = []
     for cand, d, m, e in zip(cands, described, counts, env_ids, strict=True):
         if m > 0:
             works.append(_root_work(ctx, len(works), cand, d, int(m), e))
     if works:  # once per step, on its first tree: the pool's skipped candidates (trace-gym view)
-        works[0].tree.info["skipped_candidates"] = [[c.id, c.value] for c, m in zip(cands, counts, strict=True) if m == 0]
+        works[0].tree.info["skipped_candidates"] = [
+            [c.id, c.value] for c, m in zip(cands, counts, strict=True) if m == 0
+        ]
     return works
 
 
@@ -134,8 +148,13 @@ def env_id_of(d: Described, default: str) -> str:
 def _root_work(
     ctx: StepContext, order: int, cand: Candidate, d: Described, m: int, env_id: str
 ) -> PromptWork:
-    tree = RolloutTree(cand.id, d.prompt, env_id=env_id, step=ctx.step,
-                       success_threshold=success_threshold_for(d.reset_info))
+    tree = RolloutTree(
+        cand.id,
+        d.prompt,
+        env_id=env_id,
+        step=ctx.step,
+        success_threshold=success_threshold_for(d.reset_info),
+    )
     tree.root.value = cand.value
     tree.root.true_value = cand.true_value
     tree.info.update(root_count=m, candidate_value=cand.value)
@@ -180,10 +199,14 @@ def expand(ctx: StepContext, w: PromptWork) -> list[Episode]:
     replays: list[Episode] = []
     if w.replay_budget > 0 and prefix_ids:
         states = [
-            State(tree.prompt_id, tree.prompt,
-                  tuple((t.action, t.observation) for t in tree.turns(n)), tree.env_id)
+            State(
+                tree.prompt_id,
+                tree.prompt,
+                tuple((t.action, t.observation) for t in tree.turns(n)),
+                tree.env_id,
+            )
             for n in prefix_ids
-        ]  # fmt: skip
+        ]
         for n, v in zip(prefix_ids, ctx.predict(states), strict=True):
             tree.nodes[n].value = float(v)
         cands, counts = _allocate_prefixes(ctx, w)
@@ -193,9 +216,7 @@ def expand(ctx: StepContext, w: PromptWork) -> list[Episode]:
     return replays
 
 
-def _allocate_prefixes(
-    ctx: StepContext, w: PromptWork
-) -> tuple[list[PrefixCandidate], np.ndarray]:
+def _allocate_prefixes(ctx: StepContext, w: PromptWork) -> tuple[list[PrefixCandidate], np.ndarray]:
     """The prompt's prefix records and the allocator's (checked) replays per prefix."""
     tree, allocator = w.tree, ctx.allocator
     cost_aware = is_cost_aware(allocator)

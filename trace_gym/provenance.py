@@ -26,8 +26,21 @@ __all__ = ["PACKAGES", "PROVENANCE_FILE", "collect", "git_state", "write_provena
 PROVENANCE_FILE = "provenance.json"
 #: distributions whose versions are recorded when installed
 PACKAGES = (
-    "trace-gym", "numpy", "gymnasium", "sympy", "bm25s", "torch", "transformers", "peft",
-    "trl", "vllm", "ray", "math-verify", "gem-llm", "reasoning-gym", "bfcl-eval",
+    "trace-gym",
+    "numpy",
+    "gymnasium",
+    "sympy",
+    "bm25s",
+    "torch",
+    "transformers",
+    "peft",
+    "trl",
+    "vllm",
+    "ray",
+    "math-verify",
+    "gem-llm",
+    "reasoning-gym",
+    "bfcl-eval",
 )
 
 
@@ -37,7 +50,9 @@ def git_state(path: str | Path | None = None) -> dict[str, Any]:
 
     def git(*args: str) -> str | None:
         try:
-            done = subprocess.run(["git", *args], cwd=where, capture_output=True, text=True, timeout=30)
+            done = subprocess.run(
+                ["git", *args], cwd=where, capture_output=True, text=True, timeout=30
+            )
         except (OSError, subprocess.TimeoutExpired):
             return None
         return done.stdout.strip() if done.returncode == 0 else None
@@ -67,7 +82,9 @@ def _plain(config: Any) -> Any:
         return dataclasses.asdict(config)
     if isinstance(config, argparse.Namespace):
         return vars(config)
-    raise TypeError(f"provenance config must be a dataclass, dict or Namespace, got {type(config).__name__}")
+    raise TypeError(
+        f"provenance config must be a dataclass, dict or Namespace, got {type(config).__name__}"
+    )
 
 
 def collect(config: Any = None, *, argv: list[str] | None = None) -> dict[str, Any]:
@@ -84,7 +101,9 @@ def collect(config: Any = None, *, argv: list[str] | None = None) -> dict[str, A
     }
 
 
-def write_provenance(out_dir: str | Path, config: Any = None, *, argv: list[str] | None = None) -> Path:
+def write_provenance(
+    out_dir: str | Path, config: Any = None, *, argv: list[str] | None = None
+) -> Path:
     """Write ``out_dir/provenance.json``; returns its path."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)

@@ -106,7 +106,9 @@ class RunnerConfig:
 
     def __post_init__(self) -> None:
         if self.rollout_cost not in ROLLOUT_COSTS:
-            raise ConfigError(f"rollout_cost must be one of {ROLLOUT_COSTS}, got {self.rollout_cost!r}")
+            raise ConfigError(
+                f"rollout_cost must be one of {ROLLOUT_COSTS}, got {self.rollout_cost!r}"
+            )
         if self.expansion not in EXPANSIONS:
             raise ConfigError(f"expansion must be one of {EXPANSIONS}, got {self.expansion!r}")
         if self.root_budget < 1:
@@ -233,7 +235,14 @@ class BranchingRunner:
     def context(self, step: int, report: StepReport, stopwatch: Stopwatch) -> StepContext:
         """What one step's planning and execution read (`trace_gym.scheduling.StepContext`)."""
         ctx = step_context(
-            self.config, step, self.policy, self.pool, self.allocator, self.predictor, report, stopwatch
+            self.config,
+            step,
+            self.policy,
+            self.pool,
+            self.allocator,
+            self.predictor,
+            report,
+            stopwatch,
         )
         if self.costs is not None:
             ctx.root_costs = self.costs.relative

@@ -290,11 +290,15 @@ class StepScheduler:
         with self._sw("policy"):
             futures = list(self.policy.submit([conv for _, conv, _ in batch]))  # type: ignore[attr-defined]
         if len(futures) != len(batch):
-            raise PolicyError(f"submit returned {len(futures)} futures for {len(batch)} conversations")
+            raise PolicyError(
+                f"submit returned {len(futures)} futures for {len(batch)} conversations"
+            )
         for fut, item in zip(futures, batch, strict=True):
             inflight[fut] = item
 
-    def _settle(self, ep: Episode, conv: Conversation, attempt: int, fut: Future, inflight: dict) -> None:
+    def _settle(
+        self, ep: Episode, conv: Conversation, attempt: int, fut: Future, inflight: dict
+    ) -> None:
         """Take the turn a request answered, re-send it, or fail the branch."""
         err = fut.exception()
         if isinstance(err, EngineUnavailable):
@@ -405,7 +409,9 @@ class StepScheduler:
                 previous.obs_token_ids = list(out.context_token_ids)
         if out.error is not None:
             kind = "overflow" if out.finish_reason == "overflow" else "policy"
-            self._fail(ep, Failure("policy", kind, out.error), policy_error=True, seed=conv.seed, out=out)
+            self._fail(
+                ep, Failure("policy", kind, out.error), policy_error=True, seed=conv.seed, out=out
+            )
             return
         turn = Turn(
             action=out.text,

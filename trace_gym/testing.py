@@ -56,8 +56,15 @@ class CountdownEnv(TraceEnv):
             return Transition(f"total={self._total} hint={hint}", 0.0, False, {"action": "add"})
         if m := _ANSWER.match(action):
             ok = int(m.group(1)) == target == self._total
-            return Transition(f"answered {m.group(1)}", float(ok), True, {"action": "answer", "correct": ok})
-        return Transition(f"unknown action; use 'add N' or 'answer N' (hint={hint})", 0.0, False, {"action": "invalid"})
+            return Transition(
+                f"answered {m.group(1)}", float(ok), True, {"action": "answer", "correct": ok}
+            )
+        return Transition(
+            f"unknown action; use 'add N' or 'answer N' (hint={hint})",
+            0.0,
+            False,
+            {"action": "invalid"},
+        )
 
     def _get_state(self) -> Any:
         return {"total": self._total}

@@ -258,8 +258,12 @@ class RolloutTree:
         """Append the node reached from `parent` by `turn`; returns it."""
         p = self.nodes[parent]
         if p.terminal:
-            raise TreeError(f"node {parent} is terminal; it cannot have children (finish() ended it)")
-        node = Node(id=len(self.nodes), parent=parent, depth=p.depth + 1, turn=turn, origin=origin, **fields)
+            raise TreeError(
+                f"node {parent} is terminal; it cannot have children (finish() ended it)"
+            )
+        node = Node(
+            id=len(self.nodes), parent=parent, depth=p.depth + 1, turn=turn, origin=origin, **fields
+        )
         self.nodes.append(node)
         p.children.append(node.id)
         self._targets_stale = True
@@ -305,7 +309,9 @@ class RolloutTree:
         return [n.turn for n in self.path(node_id)]  # type: ignore[misc]
 
     def leaves(self, *, include_failed: bool = True) -> list[Node]:
-        return [n for n in self.nodes if n.is_leaf and n.id != 0 and (include_failed or not n.failed)]
+        return [
+            n for n in self.nodes if n.is_leaf and n.id != 0 and (include_failed or not n.failed)
+        ]
 
     def is_success(self, node: Node) -> bool:
         return node.reward is not None and node.reward >= self.success_threshold
@@ -359,7 +365,9 @@ class RolloutTree:
                 chain = [child]
                 while len(self.nodes[chain[-1]].children) == 1:
                     chain.append(self.nodes[chain[-1]].children[0])
-                out.append(Segment(anchor=anchor.id, nodes=tuple(chain), value=self.nodes[child].target))
+                out.append(
+                    Segment(anchor=anchor.id, nodes=tuple(chain), value=self.nodes[child].target)
+                )
         return out
 
     # ------------------------------------------------------------------ metrics
@@ -522,7 +530,10 @@ _NODE_SCHEMA = {
     "truncated": (_IS_BOOL, "true or false"),
     "reward": (_optional(_is_num), "a number or null"),
     "error": (_optional(_IS_STR), "a string or null"),
-    "policy_version": (_optional(lambda x: _is_int(x) or isinstance(x, str)), "an integer, a string or null"),
+    "policy_version": (
+        _optional(lambda x: _is_int(x) or isinstance(x, str)),
+        "an integer, a string or null",
+    ),
     "seed": (_optional(_is_int), "an integer or null"),
     "value": (_optional(_is_num), "a number or null"),
     "true_value": (_optional(_is_num), "a number or null"),
@@ -562,7 +573,9 @@ def _validate(tree: RolloutTree) -> None:
             if not i < c < len(tree.nodes):
                 raise TreeFormatError(f"{where}: node {i} lists child {c}, not a node after it")
             if tree.nodes[c].parent != i:
-                raise TreeFormatError(f"{where}: node {c} has a bad parent (node {i} lists it as a child)")
+                raise TreeFormatError(
+                    f"{where}: node {c} has a bad parent (node {i} lists it as a child)"
+                )
         if i == 0:
             if n.parent is not None or n.turn is not None:
                 raise TreeFormatError(f"{where}: bad root")
@@ -584,7 +597,9 @@ def success_threshold_for(reset_info: dict[str, Any] | None) -> float:
     """The success threshold an env declares in its reset info (else `BINARY_THRESHOLD`)."""
     value = (reset_info or {}).get("success_threshold", BINARY_THRESHOLD)
     if not 0.0 < float(value) <= 1.0:
-        raise TreeError(f"success_threshold must be in (0, 1], got {value!r} in the env's reset info")
+        raise TreeError(
+            f"success_threshold must be in (0, 1], got {value!r} in the env's reset info"
+        )
     return float(value)
 
 
@@ -616,7 +631,11 @@ def batch_metrics(trees: Sequence[RolloutTree]) -> dict[str, float]:
 
 # ---------------------------------------------------------------------- files
 def _open(path: Path, mode: str):
-    return gzip.open(path, mode + "t", encoding="utf-8") if path.suffix == ".gz" else open(path, mode, encoding="utf-8")
+    return (
+        gzip.open(path, mode + "t", encoding="utf-8")
+        if path.suffix == ".gz"
+        else open(path, mode, encoding="utf-8")
+    )
 
 
 def save_trees(trees: Iterable[RolloutTree], path: str | Path, *, append: bool = False) -> Path:
@@ -646,11 +665,15 @@ def load_trees(path: str | Path) -> list[RolloutTree]:
                 if line.strip():
                     trees.append(_tree_from_line(line, f"{path}:{lineno}"))
     except UnicodeDecodeError as e:
-        raise TreeFormatError(f"{path}:{lineno + 1}: not UTF-8 text ({e.reason}); the file is corrupted") from e
+        raise TreeFormatError(
+            f"{path}:{lineno + 1}: not UTF-8 text ({e.reason}); the file is corrupted"
+        ) from e
     except (OSError, EOFError, zlib.error) as e:  # gzip.BadGzipFile is an OSError
         if isinstance(e, (FileNotFoundError, PermissionError, IsADirectoryError)):
             raise
-        raise TreeFormatError(f"{path}:{lineno + 1}: unreadable ({e}); the file is truncated or not what its name says") from e
+        raise TreeFormatError(
+            f"{path}:{lineno + 1}: unreadable ({e}); the file is truncated or not what its name says"
+        ) from e
     return trees
 
 

@@ -44,7 +44,15 @@ from trace_gym.errors import CheckpointError, ConfigError
 from trace_gym.optional import require
 from trace_gym.policy import Conversation, PolicyOutput
 
-__all__ = ["RESTORE_MODES", "ReasoningGymTextEnv", "WrappedEnv", "WrappedScripted", "make_inner", "replay_cost", "wrap"]
+__all__ = [
+    "RESTORE_MODES",
+    "ReasoningGymTextEnv",
+    "WrappedEnv",
+    "WrappedScripted",
+    "make_inner",
+    "replay_cost",
+    "wrap",
+]
 
 RESTORE_MODES = ("auto", "replay", "state", "copy")
 _PEERS = 'pip install "trace-gym[peers]"  (gem-llm and reasoning-gym)'
@@ -172,18 +180,26 @@ class WrappedEnv(TraceEnv):
             raise ConfigError(f"num_tasks must be >= 1, got {num_tasks}")
         self.spec_string = env if isinstance(env, str) else None
         self.inner = make_inner(env, **(env_kwargs or {}))
-        if not callable(getattr(self.inner, "step", None)) or not callable(getattr(self.inner, "reset", None)):
-            raise ConfigError(f"{type(self.inner).__name__} has no reset()/step(); wrap a gym-style env")
+        if not callable(getattr(self.inner, "step", None)) or not callable(
+            getattr(self.inner, "reset", None)
+        ):
+            raise ConfigError(
+                f"{type(self.inner).__name__} has no reset()/step(); wrap a gym-style env"
+            )
         has_state = all(callable(getattr(self.inner, m, None)) for m in ("get_state", "set_state"))
         if restore == "state" and not has_state:
-            raise ConfigError(f"restore='state': {type(self.inner).__name__} has no get_state/set_state")
+            raise ConfigError(
+                f"restore='state': {type(self.inner).__name__} has no get_state/set_state"
+            )
         self.restore_mode = ("state" if has_state else "replay") if restore == "auto" else restore
         if not 0.0 < success_threshold <= 1.0:
             raise ConfigError(f"success_threshold must be in (0, 1], got {success_threshold}")
         self.success_threshold = float(success_threshold)
         self.seed_offset = int(seed_offset)
         self._ids = tuple(str(i) for i in range(int(num_tasks)))
-        self._name = self.spec_string or f"{type(self.inner).__module__}.{type(self.inner).__qualname__}"
+        self._name = (
+            self.spec_string or f"{type(self.inner).__module__}.{type(self.inner).__qualname__}"
+        )
         self._actions: list[str] = []
         self._digests: list[str] = []
         self._inner_truncated = False
@@ -280,7 +296,9 @@ class WrappedEnv(TraceEnv):
             with self._rngs.active():
                 obs, reward, terminated, truncated, _ = self.inner.step(action)
             self.replayed_steps += 1
-            self._diverged_if(k, _digest(obs, reward, terminated, truncated), digests[k], repr(action[:60]))
+            self._diverged_if(
+                k, _digest(obs, reward, terminated, truncated), digests[k], repr(action[:60])
+            )
         self._load_log(payload)
 
     def _diverged_if(self, step: int, got: str, want: str, what: str) -> None:
@@ -362,4 +380,3 @@ def wrap(env: Any, **kwargs: Any) -> WrappedEnv:
 def replay_cost(env: Any) -> int:
     """Inner steps a `WrappedEnv` has spent replaying (0 for any other env)."""
     return int(getattr(getattr(env, "unwrapped", env), "replayed_steps", 0))
-

@@ -109,18 +109,32 @@ def _with_prompt_weights(tree: RolloutTree, units: list[TrainUnit], mode: str) -
     return [TrainUnit(u.tree, u.nodes, u.advantage, u.weight * w) for u in units]
 
 
-def grpo(trees: Sequence[RolloutTree], *, std: bool = True, eps: float = 1e-6, prompt_weight: str = "roots") -> list[TrainUnit]:
+def grpo(
+    trees: Sequence[RolloutTree],
+    *,
+    std: bool = True,
+    eps: float = 1e-6,
+    prompt_weight: str = "roots",
+) -> list[TrainUnit]:
     """GRPO / Dr. GRPO: every leaf path, normalised within its prompt's group."""
     out: list[TrainUnit] = []
     for i, tree in enumerate(trees):
         leaves = _scored_leaves(tree)
         adv = _normalise([tree[n].reward for n in leaves], std, eps)  # type: ignore[misc]
-        units = [TrainUnit(i, _leaf_path(tree, n), float(a)) for n, a in zip(leaves, adv, strict=True)]
+        units = [
+            TrainUnit(i, _leaf_path(tree, n), float(a)) for n, a in zip(leaves, adv, strict=True)
+        ]
         out += _with_prompt_weights(tree, units, prompt_weight)
     return out
 
 
-def treerpo(trees: Sequence[RolloutTree], *, std: bool = True, eps: float = 1e-6, prompt_weight: str = "roots") -> list[TrainUnit]:
+def treerpo(
+    trees: Sequence[RolloutTree],
+    *,
+    std: bool = True,
+    eps: float = 1e-6,
+    prompt_weight: str = "roots",
+) -> list[TrainUnit]:
     """TreeRPO on chain-compressed segments: each segment's value against its siblings'."""
     out: list[TrainUnit] = []
     for i, tree in enumerate(trees):
@@ -137,7 +151,13 @@ def treerpo(trees: Sequence[RolloutTree], *, std: bool = True, eps: float = 1e-6
     return out
 
 
-def tree_grpo(trees: Sequence[RolloutTree], *, std: bool = True, eps: float = 1e-6, prompt_weight: str = "roots") -> list[TrainUnit]:
+def tree_grpo(
+    trees: Sequence[RolloutTree],
+    *,
+    std: bool = True,
+    eps: float = 1e-6,
+    prompt_weight: str = "roots",
+) -> list[TrainUnit]:
     """Tree-GRPO: inter-tree (whole prompt) + intra-tree (one root rollout's subtree) terms."""
     out: list[TrainUnit] = []
     for i, tree in enumerate(trees):
@@ -147,14 +167,25 @@ def tree_grpo(trees: Sequence[RolloutTree], *, std: bool = True, eps: float = 1e
         intra = dict.fromkeys(leaves, 0.0)
         for sub in set(subtree_of.values()):
             members = [n for n in leaves if subtree_of[n] == sub]
-            for n, a in zip(members, _normalise([tree[m].reward for m in members], std, eps), strict=True):  # type: ignore[misc]
+            for n, a in zip(
+                members, _normalise([tree[m].reward for m in members], std, eps), strict=True
+            ):  # type: ignore[misc]
                 intra[n] = float(a)
-        units = [TrainUnit(i, _leaf_path(tree, n), float(a) + intra[n]) for n, a in zip(leaves, inter, strict=True)]
+        units = [
+            TrainUnit(i, _leaf_path(tree, n), float(a) + intra[n])
+            for n, a in zip(leaves, inter, strict=True)
+        ]
         out += _with_prompt_weights(tree, units, prompt_weight)
     return out
 
 
-def treepo(trees: Sequence[RolloutTree], *, std: bool = True, eps: float = 1e-6, prompt_weight: str = "roots") -> list[TrainUnit]:
+def treepo(
+    trees: Sequence[RolloutTree],
+    *,
+    std: bool = True,
+    eps: float = 1e-6,
+    prompt_weight: str = "roots",
+) -> list[TrainUnit]:
     """TreePO: mean of r - mean(subgroup) over the anchors above a leaf, whitened over the batch."""
     raw: list[tuple[int, int, float]] = []  # (tree, leaf, averaged term)
     for i, tree in enumerate(trees):
@@ -174,7 +205,11 @@ def treepo(trees: Sequence[RolloutTree], *, std: bool = True, eps: float = 1e-6,
         adv = adv / (adv.std() + eps)
     out: list[TrainUnit] = []
     for i, tree in enumerate(trees):
-        units = [TrainUnit(t, _leaf_path(tree, leaf), float(a)) for (t, leaf, _), a in zip(raw, adv, strict=True) if t == i]
+        units = [
+            TrainUnit(t, _leaf_path(tree, leaf), float(a))
+            for (t, leaf, _), a in zip(raw, adv, strict=True)
+            if t == i
+        ]
         out += _with_prompt_weights(tree, units, prompt_weight)
     return out
 
@@ -201,5 +236,7 @@ def compute_advantages(name: str, trees: Sequence[RolloutTree], **kwargs) -> lis
     if name not in ADVANTAGES:
         raise unknown("optimiser", name, ADVANTAGES)
     if kwargs.get("prompt_weight", "roots") not in PROMPT_WEIGHTS:
-        raise ConfigError(f"prompt_weight must be one of {PROMPT_WEIGHTS}, got {kwargs['prompt_weight']!r}")
+        raise ConfigError(
+            f"prompt_weight must be one of {PROMPT_WEIGHTS}, got {kwargs['prompt_weight']!r}"
+        )
     return ADVANTAGES[name](trees, **kwargs)

@@ -24,11 +24,39 @@ def _value(text: str):
         return text
 
 
+#: the last step's figures `main` prints
+SUMMARY_KEYS = (
+    "step",
+    "reward",
+    "effective_ratio",
+    "mixed_groups",
+    "contrastive_pairs",
+    "loss",
+    "kl",
+    "entropy",
+)
+
+
+def _print_last(last: dict) -> None:
+    """The last step's summary line (and, for a mixture, its per-env figures)."""
+    print(json.dumps({k: last.get(k) for k in SUMMARY_KEYS}))
+    per_env = {k: v for k, v in last.items() if k.startswith("env/")}
+    if per_env:
+        print(json.dumps(per_env))
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="trace-gym train", description=__doc__)
-    p.add_argument("--config", required=True, help="config file (.toml, .yaml, .json); see configs/")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="override a config value, e.g. --set algo.name=grpo --set steps=5")
+    p.add_argument(
+        "--config", required=True, help="config file (.toml, .yaml, .json); see configs/"
+    )
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a config value, e.g. --set algo.name=grpo --set steps=5",
+    )
     p.add_argument("--out-dir", help="shortcut for --set out_dir=...")
     p.add_argument("--check", action="store_true", help="validate the config and exit")
     p.add_argument("-v", "--verbose", action="store_true")
@@ -56,7 +84,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     from trace_gym.trainers.sharding import make_trainer
 
-    trainer = make_trainer(cfg)  # sharded (FSDP2) when torchrun started this process, see docs/distributed.md
+    # sharded (FSDP2) when torchrun started this process, see docs/distributed.md
+    trainer = make_trainer(cfg)
     try:
         history = trainer.run()
     finally:
@@ -65,12 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     if getattr(getattr(trainer, "dist", None), "rank", 0) != 0:
         return 0
     if history:
-        last = history[-1]
-        keys = ("step", "reward", "effective_ratio", "mixed_groups", "contrastive_pairs", "loss", "kl", "entropy")
-        print(json.dumps({k: last.get(k) for k in keys}))
-        per_env = {k: v for k, v in last.items() if k.startswith("env/")}
-        if per_env:  # a mixture: the per-env figures of the last step
-            print(json.dumps(per_env))
+        _print_last(history[-1])
     print(f"metrics: {cfg.out_dir}/metrics.jsonl  checkpoints: {cfg.out_dir}/checkpoints")
     return 0
 

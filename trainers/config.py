@@ -21,8 +21,16 @@ from trace_gym.errors import ConfigError, unknown
 from trace_gym.optional import require
 from trace_gym.registration import check_env_id
 
-__all__ = ["AlgoConfig", "DistConfig", "LoggingConfig", "OptimConfig", "PolicyConfig", "RolloutConfig", "TrainConfig",
-           "load_config"]
+__all__ = [
+    "AlgoConfig",
+    "DistConfig",
+    "LoggingConfig",
+    "OptimConfig",
+    "PolicyConfig",
+    "RolloutConfig",
+    "TrainConfig",
+    "load_config",
+]
 
 POLICY_KINDS = ("tiny", "hf", "vllm", "custom")
 DIST_STRATEGIES = ("auto", "fsdp", "none")
@@ -44,7 +52,9 @@ def _type_ok(value: Any, hint: Any) -> bool:
     if hint is int:
         return isinstance(value, int) and not isinstance(value, bool)
     if hint is float:  # an integer is a fine float; NaN and infinities never are
-        return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+        return (
+            isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+        )
     if hint is str:
         return isinstance(value, str)
     if origin is dict:
@@ -101,7 +111,17 @@ class PolicyConfig:
     lora_r: int = 16
     lora_alpha: int = 32
     lora_dropout: float = 0.0
-    lora_targets: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"])
+    lora_targets: list[str] = field(
+        default_factory=lambda: [
+            "q_proj",
+            "k_proj",
+            "v_proj",
+            "o_proj",
+            "gate_proj",
+            "up_proj",
+            "down_proj",
+        ]
+    )
     gradient_checkpointing: bool = False
     #: extra `vllm.LLM` keyword arguments for kind "vllm" (gpu_memory_utilization, ...)
     vllm: dict[str, Any] = field(default_factory=dict)
@@ -111,11 +131,15 @@ class PolicyConfig:
         if self.kind not in POLICY_KINDS:
             raise unknown("policy kind", self.kind, POLICY_KINDS)
         if self.kind in ("hf", "vllm") and not self.path:
-            raise ConfigError(f"policy.kind = {self.kind!r} needs policy.path (a model directory or hub id)")
+            raise ConfigError(
+                f"policy.kind = {self.kind!r} needs policy.path (a model directory or hub id)"
+            )
         if self.lora and self.lora_r < 1:
             raise ConfigError(f"policy.lora_r must be >= 1, got {self.lora_r}")
         if self.temperature <= 0:
-            raise ConfigError("policy.temperature must be > 0 for RL (greedy rollouts have no variance)")
+            raise ConfigError(
+                "policy.temperature must be > 0 for RL (greedy rollouts have no variance)"
+            )
 
 
 @dataclass
@@ -168,7 +192,9 @@ class RolloutConfig:
 
             predictor_entry_point(self.predictor)  # a registered name or "module:Class"
         if self.root_budget < 2 or self.candidates_per_step < 1:
-            raise ConfigError("rollout.root_budget must be >= 2 and rollout.candidates_per_step >= 1")
+            raise ConfigError(
+                "rollout.root_budget must be >= 2 and rollout.candidates_per_step >= 1"
+            )
         if self.replays_per_root < 0:
             raise ConfigError(f"rollout.replays_per_root must be >= 0, got {self.replays_per_root}")
         if self.m_max < 2 or self.group_size < 2:
@@ -177,12 +203,16 @@ class RolloutConfig:
                 f"compared with each other), got m_max={self.m_max}, group_size={self.group_size}"
             )
         if self.rollout_cost not in ("flat", "turns", "tokens"):
-            raise ConfigError(f"rollout.rollout_cost must be flat, turns or tokens, got {self.rollout_cost!r}")
+            raise ConfigError(
+                f"rollout.rollout_cost must be flat, turns or tokens, got {self.rollout_cost!r}"
+            )
         if self.ray_engines < 0:
             raise ConfigError(f"rollout.ray_engines must be >= 0, got {self.ray_engines}")
         if self.replay_cost <= 0 or self.ray_workers < 1:
             raise ConfigError("rollout.replay_cost must be > 0 and rollout.ray_workers >= 1")
-        if (self.max_batch is not None and self.max_batch < 1) or (self.train_tasks is not None and self.train_tasks < 1):
+        if (self.max_batch is not None and self.max_batch < 1) or (
+            self.train_tasks is not None and self.train_tasks < 1
+        ):
             raise ConfigError("rollout.max_batch and rollout.train_tasks must be >= 1 (or unset)")
 
 
@@ -222,7 +252,9 @@ class AlgoConfig:
         if self.aggregation not in AGGREGATIONS:
             raise unknown("loss aggregation", self.aggregation, AGGREGATIONS)
         if self.prompt_weight not in PROMPT_WEIGHTS:
-            raise ConfigError(f"algo.prompt_weight must be one of {PROMPT_WEIGHTS}, got {self.prompt_weight!r}")
+            raise ConfigError(
+                f"algo.prompt_weight must be one of {PROMPT_WEIGHTS}, got {self.prompt_weight!r}"
+            )
         if not (0 <= self.clip_low < 1 and self.clip_high >= 0):
             raise ConfigError("algo.clip_low must be in [0, 1) and algo.clip_high >= 0")
         if self.dual_clip is not None and self.dual_clip <= 1:
@@ -252,7 +284,9 @@ class OptimConfig:
         _check_types(self, "optim")
         self.betas = tuple(self.betas)  # type: ignore[assignment]
         if self.lr <= 0 or self.micro_batch_size < 1 or self.epochs < 1:
-            raise ConfigError("optim.lr must be > 0, optim.micro_batch_size >= 1 and optim.epochs >= 1")
+            raise ConfigError(
+                "optim.lr must be > 0, optim.micro_batch_size >= 1 and optim.epochs >= 1"
+            )
         if self.mini_batch_size is not None and self.mini_batch_size < 1:
             raise ConfigError("optim.mini_batch_size must be >= 1 or None")
 
@@ -317,7 +351,9 @@ class LoggingConfig:
         if len(set(self.backends)) != len(self.backends):
             raise ConfigError(f"logging.backends lists a backend twice: {self.backends}")
         if self.wandb_mode not in WANDB_MODES:
-            raise ConfigError(f"logging.wandb_mode must be one of {WANDB_MODES}, got {self.wandb_mode!r}")
+            raise ConfigError(
+                f"logging.wandb_mode must be one of {WANDB_MODES}, got {self.wandb_mode!r}"
+            )
 
     def active(self, tensorboard: bool = True) -> list[str]:
         """The backends to open (TensorBoard only when the top-level switch allows it)."""
@@ -358,8 +394,15 @@ class TrainConfig:
             if isinstance(value, dict):
                 setattr(self, name, _build(cls, value, name))
         _check_types(self, "config")
-        if self.steps < 0 or self.save_every < 0 or self.eval_every < 0 or self.keep_checkpoints < 1:
-            raise ConfigError("steps, save_every and eval_every must be >= 0; keep_checkpoints >= 1")
+        if (
+            self.steps < 0
+            or self.save_every < 0
+            or self.eval_every < 0
+            or self.keep_checkpoints < 1
+        ):
+            raise ConfigError(
+                "steps, save_every and eval_every must be >= 0; keep_checkpoints >= 1"
+            )
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -369,15 +412,23 @@ class TrainConfig:
         return _build(cls, d, "config")
 
 
-_SECTIONS = {"policy": PolicyConfig, "rollout": RolloutConfig, "algo": AlgoConfig, "optim": OptimConfig,
-             "logging": LoggingConfig, "dist": DistConfig}
+_SECTIONS = {
+    "policy": PolicyConfig,
+    "rollout": RolloutConfig,
+    "algo": AlgoConfig,
+    "optim": OptimConfig,
+    "logging": LoggingConfig,
+    "dist": DistConfig,
+}
 
 
 def _build(cls: type, d: dict[str, Any], where: str) -> Any:
     known = {f.name for f in fields(cls)}
     extra = sorted(set(d) - known)
     if extra:
-        raise ConfigError(f"unknown key(s) {extra} in [{where}]; known keys: {', '.join(sorted(known))}")
+        raise ConfigError(
+            f"unknown key(s) {extra} in [{where}]; known keys: {', '.join(sorted(known))}"
+        )
     return cls(**d)
 
 
@@ -393,7 +444,9 @@ def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> Tr
     try:
         text = path.read_bytes().decode("utf-8")
     except UnicodeDecodeError as e:
-        raise ConfigError(f"config file {path} is not UTF-8 text (byte {e.start}); save it as UTF-8") from e
+        raise ConfigError(
+            f"config file {path} is not UTF-8 text (byte {e.start}); save it as UTF-8"
+        ) from e
     d = _parse_config(path, text)
     for key, value in (overrides or {}).items():
         *head, last = key.split(".")
@@ -401,7 +454,9 @@ def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> Tr
         for i, part in enumerate(head):
             node = node.setdefault(part, {})
             if not isinstance(node, dict):
-                raise ConfigError(f"cannot set {key!r}: {'.'.join(head[: i + 1])} is a value, not a table")
+                raise ConfigError(
+                    f"cannot set {key!r}: {'.'.join(head[: i + 1])} is a value, not a table"
+                )
         node[last] = value
     return TrainConfig.from_dict(d)
 
@@ -424,7 +479,11 @@ def _parse_config(path: Path, text: str) -> dict[str, Any]:
     try:
         d = parse(text)
     except errors as e:
-        raise ConfigError(f"config file {path} is not valid {path.suffix[1:].upper()}: {str(e).splitlines()[0]}") from e
+        raise ConfigError(
+            f"config file {path} is not valid {path.suffix[1:].upper()}: {str(e).splitlines()[0]}"
+        ) from e
     if not isinstance(d, dict):
-        raise ConfigError(f"config file {path} must hold a table of settings, got {type(d).__name__}")
+        raise ConfigError(
+            f"config file {path} must hold a table of settings, got {type(d).__name__}"
+        )
     return d

@@ -72,7 +72,11 @@ def sample_from_unit(tree: RolloutTree, unit: TrainUnit) -> Sample:
                 f"tree {tree.prompt_id!r} node {node.id} has no token ids; the trainer trains on "
                 "generated tokens only - use a policy backend that records them"
             )
-        on = node.id in trained and not node.info.get("overflow", False) and not turn.info.get("overflow", False)
+        on = (
+            node.id in trained
+            and not node.info.get("overflow", False)
+            and not turn.info.get("overflow", False)
+        )
         ids += turn.token_ids
         mask += [int(on)] * len(turn.token_ids)
         has_lp = turn.logprobs is not None and len(turn.logprobs) == len(turn.token_ids)
@@ -124,6 +128,10 @@ def collate(samples: Sequence[Sample], pad_id: int = 0) -> Batch:
         gen[i, :n] = torch.tensor(s.gen_logprobs, dtype=torch.float)
         if s.gen_known is not None:
             known[i, :n] = torch.tensor(s.gen_known, dtype=torch.float)
-    adv = torch.tensor([s.advantage for s in samples], dtype=torch.float)[:, None].expand(b, t).clone()
+    adv = (
+        torch.tensor([s.advantage for s in samples], dtype=torch.float)[:, None]
+        .expand(b, t)
+        .clone()
+    )
     w = torch.tensor([s.weight for s in samples], dtype=torch.float)[:, None].expand(b, t).clone()
     return Batch(ids, attn, mask, adv, w, gen, known)

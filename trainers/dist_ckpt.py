@@ -48,18 +48,30 @@ def _barrier() -> None:
 
 
 def _state(tr: Any) -> dict[str, Any]:
-    rng = {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}
+    rng = {
+        "torch": torch.get_rng_state(),
+        "numpy": np.random.get_state(),
+        "python": random.getstate(),
+    }
     if torch.cuda.is_available():
         rng["cuda"] = torch.cuda.get_rng_state_all()
     predictor = tr.runner.predictor
-    return {"step": tr.step, "rng": rng, "predictor": None if predictor is None else predictor.state_dict(),
-            "history": dict(tr.runner.history), "config": tr.config.to_dict(), "world_size": tr.dist.world_size,
-            "metrics": getattr(tr, "last_metrics", None),
-            "rollout_costs": None if tr.runner.costs is None else dict(tr.runner.costs.mean)}
+    return {
+        "step": tr.step,
+        "rng": rng,
+        "predictor": None if predictor is None else predictor.state_dict(),
+        "history": dict(tr.runner.history),
+        "config": tr.config.to_dict(),
+        "world_size": tr.dist.world_size,
+        "metrics": getattr(tr, "last_metrics", None),
+        "rollout_costs": None if tr.runner.costs is None else dict(tr.runner.costs.mean),
+    }
 
 
 def _files(path: Path) -> list[str]:
-    return sorted(str(p.relative_to(path)) for p in path.rglob("*") if p.is_file() and p.name != CHECKSUMS)
+    return sorted(
+        str(p.relative_to(path)) for p in path.rglob("*") if p.is_file() and p.name != CHECKSUMS
+    )
 
 
 def save_sharded(tr: Any) -> Path:
@@ -113,8 +125,11 @@ def _pick(tr: Any) -> tuple[Path | None, list[str]]:
         why = check(path)
         if why is None:
             if problems:
-                warnings.warn(f"resuming from the older checkpoint {path} ({len(problems)} problem(s) with newer ones)",
-                              RuntimeWarning, stacklevel=3)  # fmt: skip
+                warnings.warn(
+                    f"resuming from the older checkpoint {path} ({len(problems)} problem(s) with newer ones)",
+                    RuntimeWarning,
+                    stacklevel=3,
+                )
             return path, problems
         problems.append(f"{path.name}: {why}")
         warnings.warn(f"skipping checkpoint {path}: {why}", RuntimeWarning, stacklevel=3)
@@ -131,13 +146,17 @@ def load_sharded(tr: Any) -> bool:
     path, problems = box[0]
     if path is None:
         if problems:
-            raise ConfigError(f"no usable checkpoint in {tr.ckpt_root} ({'; '.join(problems)}); "
-                              "delete the directory to start over, or set resume = false")  # fmt: skip
+            raise ConfigError(
+                f"no usable checkpoint in {tr.ckpt_root} ({'; '.join(problems)}); "
+                "delete the directory to start over, or set resume = false"
+            )
         return False
     model_sd, optim_sd = get_state_dict(tr.model, tr.optimizer)
     state = {"model": model_sd, "optim": optim_sd}
     load(state, checkpoint_id=str(path / DCP_DIR))
-    set_state_dict(tr.model, tr.optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
+    set_state_dict(
+        tr.model, tr.optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"]
+    )
     with open(path / STATE_FILE, "rb") as f:
         _apply_state(tr, path, pickle.load(f))
     tr._sync()

@@ -37,7 +37,14 @@ from typing import Any, Protocol
 from trace_gym.errors import ConfigError, DependencyNotInstalled, unknown
 from trace_gym.optional import EXTRAS, require
 
-__all__ = ["LOGGERS", "MetricLogger", "check_backends", "make_loggers", "read_wandb_history", "scalars"]
+__all__ = [
+    "LOGGERS",
+    "MetricLogger",
+    "check_backends",
+    "make_loggers",
+    "read_wandb_history",
+    "scalars",
+]
 
 log = logging.getLogger(__name__)
 
@@ -60,8 +67,11 @@ class MetricLogger(Protocol):
 
 def scalars(m: Mapping[str, Any]) -> dict[str, float]:
     """The finite numeric entries of a metrics row, as floats (``step`` left out)."""
-    return {k: float(v) for k, v in m.items()
-            if k != "step" and isinstance(v, (int, float)) and math.isfinite(float(v))}
+    return {
+        k: float(v)
+        for k, v in m.items()
+        if k != "step" and isinstance(v, (int, float)) and math.isfinite(float(v))
+    }
 
 
 class TensorBoardLogger:
@@ -85,9 +95,17 @@ class WandbLogger:
         id_file = out_dir / "wandb_run_id"
         run_id = id_file.read_text().strip() if id_file.is_file() else secrets.token_hex(4)
         id_file.write_text(run_id + "\n")
-        self.run = wandb.init(project=cfg.wandb_project, name=cfg.run_name or out_dir.name, dir=str(out_dir),
-                              mode=cfg.wandb_mode, id=run_id, resume="allow", config=config,
-                              reinit="create_new", **cfg.wandb_kwargs)
+        self.run = wandb.init(
+            project=cfg.wandb_project,
+            name=cfg.run_name or out_dir.name,
+            dir=str(out_dir),
+            mode=cfg.wandb_mode,
+            id=run_id,
+            resume="allow",
+            config=config,
+            reinit="create_new",
+            **cfg.wandb_kwargs,
+        )
 
     def log(self, metrics: Mapping[str, float], step: int) -> None:
         self.run.log(dict(metrics), step=step)
@@ -106,9 +124,17 @@ class MLflowLogger:
         uri = cfg.mlflow_tracking_uri or f"sqlite:///{(out_dir / 'mlflow.db').resolve()}"
         self.client = MlflowClient(tracking_uri=uri)
         exp = self.client.get_experiment_by_name(cfg.mlflow_experiment)
-        exp_id = exp.experiment_id if exp else self.client.create_experiment(
-            cfg.mlflow_experiment, artifact_location=(out_dir / "mlartifacts").resolve().as_uri())
-        self.run_id = self.client.create_run(exp_id, run_name=cfg.run_name or out_dir.name).info.run_id
+        exp_id = (
+            exp.experiment_id
+            if exp
+            else self.client.create_experiment(
+                cfg.mlflow_experiment,
+                artifact_location=(out_dir / "mlartifacts").resolve().as_uri(),
+            )
+        )
+        self.run_id = self.client.create_run(
+            exp_id, run_name=cfg.run_name or out_dir.name
+        ).info.run_id
         params = [Param(k, str(v)[:500]) for k, v in _flatten(config).items()]
         for i in range(0, len(params), 100):  # MLflow takes at most 100 params per batch
             self.client.log_batch(self.run_id, params=params[i : i + 100])
@@ -148,7 +174,9 @@ def check_backends(names: list[str]) -> None:
             raise DependencyNotInstalled(module, EXTRAS[extra])
 
 
-def make_loggers(names: list[str], out_dir: Path, cfg: Any, config: dict[str, Any]) -> list[MetricLogger]:
+def make_loggers(
+    names: list[str], out_dir: Path, cfg: Any, config: dict[str, Any]
+) -> list[MetricLogger]:
     """The loggers of `names` writing under `out_dir`; `cfg` is the `LoggingConfig`."""
     check_backends(names)
     loggers: list[MetricLogger] = []
@@ -213,5 +241,10 @@ def read_wandb_history(run_dir: str | Path) -> list[dict[str, Any]]:
         rec = pb.Record()
         rec.ParseFromString(raw)
         if rec.WhichOneof("record_type") == "history":
-            rows.append({it.key or "/".join(it.nested_key): json.loads(it.value_json) for it in rec.history.item})
+            rows.append(
+                {
+                    it.key or "/".join(it.nested_key): json.loads(it.value_json)
+                    for it in rec.history.item
+                }
+            )
     return rows

@@ -106,17 +106,28 @@ def build_policy(cfg: PolicyConfig) -> Any:
 def load_trainer_model(cfg: PolicyConfig) -> Any:
     """The trainable HF model at ``cfg.path`` (for generators that keep their own weights)."""
     if not cfg.path:
-        raise ConfigError("the policy has no trainable module (policy.model); set policy.path to load one")
+        raise ConfigError(
+            "the policy has no trainable module (policy.model); set policy.path to load one"
+        )
     transformers = require("transformers", "train")
-    dtype = getattr(torch, cfg.dtype) if cfg.dtype else (torch.bfloat16 if cfg.device.startswith("cuda") else torch.float32)
+    dtype = (
+        getattr(torch, cfg.dtype)
+        if cfg.dtype
+        else (torch.bfloat16 if cfg.device.startswith("cuda") else torch.float32)
+    )
     return transformers.AutoModelForCausalLM.from_pretrained(cfg.path, dtype=dtype).to(cfg.device)
 
 
 def apply_lora(model: Any, cfg: PolicyConfig) -> Any:
     """Wrap `model` with peft LoRA adapters (only they are trained)."""
     peft = require("peft", "pip install peft")
-    lora = peft.LoraConfig(r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
-                           target_modules=list(cfg.lora_targets), task_type="CAUSAL_LM")
+    lora = peft.LoraConfig(
+        r=cfg.lora_r,
+        lora_alpha=cfg.lora_alpha,
+        lora_dropout=cfg.lora_dropout,
+        target_modules=list(cfg.lora_targets),
+        task_type="CAUSAL_LM",
+    )
     return peft.get_peft_model(model, lora)
 
 
@@ -154,9 +165,13 @@ def trainable_model(cfg: PolicyConfig, policy: Any) -> Any:
             policy.model = model
     if cfg.gradient_checkpointing:
         if hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5
-            model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+            model.activation_checkpointing_enable(
+                activation_checkpointing_kwargs={"use_reentrant": False}
+            )
         else:
-            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            model.gradient_checkpointing_enable(
+                gradient_checkpointing_kwargs={"use_reentrant": False}
+            )
         if cfg.lora:
             model.enable_input_require_grads()
     return model
@@ -173,13 +188,23 @@ def _engine_options(ro: Any, policy: Any) -> dict[str, Any]:
     """Ray engine-pool options: HF weights travel by version through `sync.py`'s engine hooks."""
     if not ro.ray_engines or ro.ray_address is None:
         return {}
-    opts: dict[str, Any] = {"num_engines": ro.ray_engines, "engine_batching": "batch", "engine_max_batch": ro.max_batch}
+    opts: dict[str, Any] = {
+        "num_engines": ro.ray_engines,
+        "engine_batching": "batch",
+        "engine_max_batch": ro.max_batch,
+    }
     if hasattr(getattr(policy, "model", None), "peft_config"):
-        raise ConfigError("rollout.ray_engines does not support LoRA policies (the engines would get merged "
-                          "weights in a LoRA copy); set policy.lora = false or rollout.ray_engines = 0")
-    if getattr(policy, "model", None) is not None:  # an in-process HF policy (vLLM: not from the trainer)
-        opts.update(engine_export="trace_gym.trainers.sync:engine_weights",
-                    engine_apply="trace_gym.trainers.sync:load_engine_weights")  # fmt: skip
+        raise ConfigError(
+            "rollout.ray_engines does not support LoRA policies (the engines would get merged "
+            "weights in a LoRA copy); set policy.lora = false or rollout.ray_engines = 0"
+        )
+    if (
+        getattr(policy, "model", None) is not None
+    ):  # an in-process HF policy (vLLM: not from the trainer)
+        opts.update(
+            engine_export="trace_gym.trainers.sync:engine_weights",
+            engine_apply="trace_gym.trainers.sync:load_engine_weights",
+        )
     return opts
 
 
@@ -214,15 +239,33 @@ def build_parts(
     ro = cfg.rollout
     env_factory = env_factory or (lambda: gym.make(ro.env_id, **ro.env_kwargs))
     task_ids = _task_ids(env_factory, ro.train_tasks)
-    allocator = allocator or make_allocator(ro.allocator, m_max=ro.m_max, group_size=ro.group_size, **ro.allocator_kwargs)
+    allocator = allocator or make_allocator(
+        ro.allocator, m_max=ro.m_max, group_size=ro.group_size, **ro.allocator_kwargs
+    )
     if predictor is None and ro.predictor:
         predictor = make_predictor(ro.predictor, **ro.predictor_kwargs)
-    rc = RunnerConfig(root_budget=ro.root_budget, replays_per_root=ro.replays_per_root, m_max=ro.m_max,
-                      replay_cost=ro.replay_cost, max_batch=ro.max_batch, seed=cfg.seed,
-                      rollout_cost=ro.rollout_cost)
-    runner = make_runner(policy, env_factory, allocator, predictor, rc,
-                         ray_address=ro.ray_address, num_workers=ro.ray_workers, **_engine_options(ro, policy))
-    return TrainerParts(policy, model, ref_model, optimizer, sync_mode, env_factory, task_ids, allocator, runner)
+    rc = RunnerConfig(
+        root_budget=ro.root_budget,
+        replays_per_root=ro.replays_per_root,
+        m_max=ro.m_max,
+        replay_cost=ro.replay_cost,
+        max_batch=ro.max_batch,
+        seed=cfg.seed,
+        rollout_cost=ro.rollout_cost,
+    )
+    runner = make_runner(
+        policy,
+        env_factory,
+        allocator,
+        predictor,
+        rc,
+        ray_address=ro.ray_address,
+        num_workers=ro.ray_workers,
+        **_engine_options(ro, policy),
+    )
+    return TrainerParts(
+        policy, model, ref_model, optimizer, sync_mode, env_factory, task_ids, allocator, runner
+    )
 
 
 class OldLogprobs(NamedTuple):
@@ -251,15 +294,24 @@ class MicroStats:
 class _UpdateStats:
     """Accumulates micro-batch and optimiser-step statistics into `Trainer.update`'s metrics."""
 
-    values: dict[str, list[tuple[float, float]]] = field(default_factory=lambda: {
-        k: [] for k in ("loss", "pg_loss", "kl", "clip_frac", "ratio", "entropy", "grad_norm")})
+    values: dict[str, list[tuple[float, float]]] = field(
+        default_factory=lambda: {
+            k: [] for k in ("loss", "pg_loss", "kl", "clip_frac", "ratio", "entropy", "grad_norm")
+        }
+    )
     mismatch: float = 0.0
     mismatch_n: float = 0.0
     opt_steps: int = 0
 
     def add_micro(self, out: LossOutput, st: MicroStats) -> None:
-        for k, v in (("loss", float(out.loss.detach())), ("pg_loss", out.pg_loss), ("kl", out.kl),
-                     ("clip_frac", out.clip_frac), ("ratio", out.ratio_mean), ("entropy", st.entropy)):
+        for k, v in (
+            ("loss", float(out.loss.detach())),
+            ("pg_loss", out.pg_loss),
+            ("kl", out.kl),
+            ("clip_frac", out.clip_frac),
+            ("ratio", out.ratio_mean),
+            ("entropy", st.entropy),
+        ):
             self.values[k].append((v, st.tokens))
         self.mismatch += st.mismatch_sum
         self.mismatch_n += st.mismatch_n
@@ -301,7 +353,9 @@ class Trainer:
         self.out = Path(config.out_dir)
         self.out.mkdir(parents=True, exist_ok=True)
         write_provenance(self.out, config)
-        parts = build_parts(config, policy=policy, env_factory=env_factory, allocator=allocator, predictor=predictor)
+        parts = build_parts(
+            config, policy=policy, env_factory=env_factory, allocator=allocator, predictor=predictor
+        )
         self.policy, self.model, self.ref_model = parts.policy, parts.model, parts.ref_model
         self.optimizer, self.sync_mode = parts.optimizer, parts.sync_mode
         self.env_factory, self.task_ids = parts.env_factory, parts.task_ids
@@ -316,15 +370,23 @@ class Trainer:
         """The step's candidate prompts: a pure function of (seed, step)."""
         rng = np.random.default_rng(stable_seed("candidates", self.config.seed, step))
         k = min(self.config.rollout.candidates_per_step, len(self.task_ids))
-        weights = self.config.rollout.env_kwargs.get("weights") if self.config.rollout.env_id == MIXTURE else None
+        weights = (
+            self.config.rollout.env_kwargs.get("weights")
+            if self.config.rollout.env_id == MIXTURE
+            else None
+        )
         if weights:  # a mixture's per-env candidate shares
             return mixture_candidates(self.task_ids, weights, k, rng)
-        return [self.task_ids[i] for i in sorted(rng.choice(len(self.task_ids), size=k, replace=False))]
+        return [
+            self.task_ids[i] for i in sorted(rng.choice(len(self.task_ids), size=k, replace=False))
+        ]
 
     def samples(self, trees: Sequence[RolloutTree]) -> tuple[list[Sample], dict[str, float]]:
         """Advantages -> samples; drops zero-advantage units and over-long samples (counted)."""
         a = self.config.algo
-        units = compute_advantages(a.name, trees, std=a.std, eps=a.eps, prompt_weight=a.prompt_weight)
+        units = compute_advantages(
+            a.name, trees, std=a.std, eps=a.eps, prompt_weight=a.prompt_weight
+        )
         n_units = len(units)
         if a.skip_zero_advantage:
             units = [u for u in units if abs(u.advantage) > 1e-8]
@@ -337,13 +399,22 @@ class Trainer:
                 no_tokens += 1
             else:
                 out.append(s)
-        return out, {"units": n_units, "samples": len(out), "dropped_too_long": too_long, "dropped_no_tokens": no_tokens}
+        return out, {
+            "units": n_units,
+            "samples": len(out),
+            "dropped_too_long": too_long,
+            "dropped_no_tokens": no_tokens,
+        }
 
     # ------------------------------------------------------------------ update
     def _forward(self, model: Any, batch: Any) -> tuple[Any, Any]:
         """Per-token logprobs [B, T] (temperature-scaled like the generator) and logits [B, T, V]."""
         dev = next(model.parameters()).device
-        logits = model(input_ids=batch.input_ids.to(dev), attention_mask=batch.attention_mask.to(dev), use_cache=False).logits
+        logits = model(
+            input_ids=batch.input_ids.to(dev),
+            attention_mask=batch.attention_mask.to(dev),
+            use_cache=False,
+        ).logits
         logits = logits / self.config.policy.temperature
         return token_logprobs(logits, batch.input_ids.to(dev)), logits
 
@@ -372,10 +443,16 @@ class Trainer:
         """The no-grad pass before the update: old logprobs, and reference ones for the KL term."""
         self.model.eval()
         old = self._logprobs_no_grad(samples)
-        ref = self._logprobs_no_grad(samples, reference=True) if self.config.algo.kl_coef > 0 else None
+        ref = (
+            self._logprobs_no_grad(samples, reference=True)
+            if self.config.algo.kl_coef > 0
+            else None
+        )
         return OldLogprobs(old, ref)
 
-    def _micro_step(self, chunk: list[Sample], old: OldLogprobs, norm: dict[str, float]) -> tuple[LossOutput, MicroStats]:
+    def _micro_step(
+        self, chunk: list[Sample], old: OldLogprobs, norm: dict[str, float]
+    ) -> tuple[LossOutput, MicroStats]:
         """Forward and backward of one micro-batch; `old` holds the chunk's rows, `norm` the
         mini-batch's normaliser (so accumulated gradients equal one big batch's)."""
         a = self.config.algo
@@ -392,12 +469,23 @@ class Trainer:
         known = mask * batch.gen_known.to(dev)  # [B, T]: trained tokens with a recorded logprob
         is_w = None
         if a.tis_cap is not None:
-            is_w = torch.where(known > 0, torch.clamp(torch.exp(old_lp - gen), max=a.tis_cap), torch.ones_like(gen))
+            is_w = torch.where(
+                known > 0, torch.clamp(torch.exp(old_lp - gen), max=a.tis_cap), torch.ones_like(gen)
+            )
         out = policy_loss(
-            logp, old_lp, batch.advantages.to(dev), mask, batch.weights.to(dev),
+            logp,
+            old_lp,
+            batch.advantages.to(dev),
+            mask,
+            batch.weights.to(dev),
             ref_logp=None if old.ref is None else pad(old.ref),
-            is_weights=is_w, clip_low=a.clip_low, clip_high=a.clip_high, dual_clip=a.dual_clip,
-            kl_coef=a.kl_coef, aggregation=a.aggregation, **norm,
+            is_weights=is_w,
+            clip_low=a.clip_low,
+            clip_high=a.clip_high,
+            dual_clip=a.dual_clip,
+            kl_coef=a.kl_coef,
+            aggregation=a.aggregation,
+            **norm,
         )
         out.loss.backward()
         with torch.no_grad():
@@ -406,18 +494,30 @@ class Trainer:
             st = MicroStats(n, ent, float(((old_lp - gen).abs() * known).sum()), float(known.sum()))
         return out, st
 
-    def _optimizer_step(self, samples: list[Sample], idx: Sequence[int], old: OldLogprobs, stats: _UpdateStats) -> None:
+    def _optimizer_step(
+        self, samples: list[Sample], idx: Sequence[int], old: OldLogprobs, stats: _UpdateStats
+    ) -> None:
         """One AdamW step on the mini-batch `samples[idx]`, accumulated over micro-batches."""
         a, o = self.config.algo, self.config.optim
         tokens = float(sum(samples[i].num_trained for i in idx))
-        norm = {"tokens": tokens, "seqs": float(len(idx)), "constant": float(len(idx) * a.dr_grpo_len)}
+        norm = {
+            "tokens": tokens,
+            "seqs": float(len(idx)),
+            "constant": float(len(idx) * a.dr_grpo_len),
+        }
         self.optimizer.zero_grad(set_to_none=True)
         for m0 in range(0, len(idx), o.micro_batch_size):
             mid = idx[m0 : m0 + o.micro_batch_size]
-            rows = OldLogprobs([old.old[i] for i in mid], None if old.ref is None else [old.ref[i] for i in mid])
+            rows = OldLogprobs(
+                [old.old[i] for i in mid], None if old.ref is None else [old.ref[i] for i in mid]
+            )
             stats.add_micro(*self._micro_step([samples[i] for i in mid], rows, norm))
         params = [p for p in self.model.parameters() if p.requires_grad]
-        gn = torch.nn.utils.clip_grad_norm_(params, o.grad_clip) if o.grad_clip > 0 else torch.tensor(0.0)
+        gn = (
+            torch.nn.utils.clip_grad_norm_(params, o.grad_clip)
+            if o.grad_clip > 0
+            else torch.tensor(0.0)
+        )
         stats.add_step(float(gn))
         self.optimizer.step()
 
@@ -524,9 +624,21 @@ class Trainer:
 
         cfg = self.config
         k = cfg.eval_samples
-        s = evaluate(self.policy, self.env_factory, per_member(self.task_ids, cfg.eval_tasks), k=k, seed=cfg.seed).summary
-        return {"success": s[f"mean@{k}"], "pass": s[f"pass@{k}"], "turns": s["avg_turns"],
-                "tokens": s["avg_tokens"], "errors": s["errors"], "overflows": s["overflows"]}
+        s = evaluate(
+            self.policy,
+            self.env_factory,
+            per_member(self.task_ids, cfg.eval_tasks),
+            k=k,
+            seed=cfg.seed,
+        ).summary
+        return {
+            "success": s[f"mean@{k}"],
+            "pass": s[f"pass@{k}"],
+            "turns": s["avg_turns"],
+            "tokens": s["avg_tokens"],
+            "errors": s["errors"],
+            "overflows": s["overflows"],
+        }
 
     # ------------------------------------------------------------------ logging
     def _log(self, m: dict[str, Any]) -> None:
@@ -535,7 +647,9 @@ class Trainer:
             f.write(json.dumps(m, default=float) + "\n")
         if self._loggers is None:  # TensorBoard / W&B / MLflow (trace_gym.trainers.loggers)
             cfg = self.config
-            self._loggers = make_loggers(cfg.logging.active(cfg.tensorboard), self.out, cfg.logging, cfg.to_dict())
+            self._loggers = make_loggers(
+                cfg.logging.active(cfg.tensorboard), self.out, cfg.logging, cfg.to_dict()
+            )
         for logger in self._loggers:
             logger.log(scalars(m), m["step"])
 
@@ -554,15 +668,31 @@ class Trainer:
             shutil.rmtree(tmp)
         tmp.mkdir()
         weights = {n: p.detach().cpu() for n, p in self.model.named_parameters() if p.requires_grad}
-        torch.save({"weights": weights, "optimizer": self.optimizer.state_dict()}, tmp / "trainer.pt")
-        rng = {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}
+        torch.save(
+            {"weights": weights, "optimizer": self.optimizer.state_dict()}, tmp / "trainer.pt"
+        )
+        rng = {
+            "torch": torch.get_rng_state(),
+            "numpy": np.random.get_state(),
+            "python": random.getstate(),
+        }
         if torch.cuda.is_available():
             rng["cuda"] = torch.cuda.get_rng_state_all()
         predictor = self.runner.predictor
         with open(tmp / "state.pkl", "wb") as f:
-            pickle.dump({"step": self.step, "rng": rng, "predictor": None if predictor is None else predictor.state_dict(),
-                         "history": dict(self.runner.history), "config": self.config.to_dict(),
-                         "rollout_costs": None if self.runner.costs is None else dict(self.runner.costs.mean)}, f)
+            pickle.dump(
+                {
+                    "step": self.step,
+                    "rng": rng,
+                    "predictor": None if predictor is None else predictor.state_dict(),
+                    "history": dict(self.runner.history),
+                    "config": self.config.to_dict(),
+                    "rollout_costs": None
+                    if self.runner.costs is None
+                    else dict(self.runner.costs.mean),
+                },
+                f,
+            )
         return publish_checkpoint(tmp, final, CHECKPOINT_FILES, self.config.keep_checkpoints)
 
     def _candidates(self) -> tuple[list[Path], list[str]]:
@@ -595,19 +725,26 @@ class Trainer:
                 warnings.warn(f"skipping checkpoint {path}: {e}", RuntimeWarning, stacklevel=2)
                 continue
             if problems:
-                warnings.warn(f"resuming from the older checkpoint {path} ({len(problems)} problem(s) with newer ones)",
-                              RuntimeWarning, stacklevel=2)  # fmt: skip
+                warnings.warn(
+                    f"resuming from the older checkpoint {path} ({len(problems)} problem(s) with newer ones)",
+                    RuntimeWarning,
+                    stacklevel=2,
+                )
             self._apply_checkpoint(path, blob, state)
             return True
         if problems:
-            raise ConfigError(f"no usable checkpoint in {self.ckpt_root} ({'; '.join(problems)}); "
-                              "delete the directory to start over, or set resume = false")  # fmt: skip
+            raise ConfigError(
+                f"no usable checkpoint in {self.ckpt_root} ({'; '.join(problems)}); "
+                "delete the directory to start over, or set resume = false"
+            )
         return False
 
     def _apply_checkpoint(self, path: Path, blob: dict[str, Any], state: dict[str, Any]) -> None:
         missing = set(blob["weights"]) - {n for n, _ in self.model.named_parameters()}
         if missing:
-            raise ConfigError(f"checkpoint {path} does not match the model (unknown weights {sorted(missing)[:3]}...)")
+            raise ConfigError(
+                f"checkpoint {path} does not match the model (unknown weights {sorted(missing)[:3]}...)"
+            )
         with torch.no_grad():
             params = dict(self.model.named_parameters())
             for n, w in blob["weights"].items():
@@ -623,11 +760,15 @@ class Trainer:
         self.step = int(state["step"])
         if state["predictor"] is not None:
             if self.runner.predictor is None:
-                raise ConfigError(f"checkpoint {path} holds a predictor's state but this run has no predictor")
+                raise ConfigError(
+                    f"checkpoint {path} holds a predictor's state but this run has no predictor"
+                )
             self.runner.predictor.load_state_dict(state["predictor"])
         self.runner.history.clear()
         self.runner.history.update(state["history"])
-        if self.runner.costs is not None and state.get("rollout_costs") is not None:  # a mixture's measured costs
+        if (
+            self.runner.costs is not None and state.get("rollout_costs") is not None
+        ):  # a mixture's measured costs
             self.runner.costs.mean = dict(state["rollout_costs"])
         torch.set_rng_state(state["rng"]["torch"])
         np.random.set_state(state["rng"]["numpy"])
@@ -652,8 +793,11 @@ class Trainer:
             if step < self.step:
                 rows.append(line)
         if torn:
-            warnings.warn(f"{path}: dropped {torn} unreadable row(s) (a run killed while logging)",
-                          RuntimeWarning, stacklevel=3)  # fmt: skip
+            warnings.warn(
+                f"{path}: dropped {torn} unreadable row(s) (a run killed while logging)",
+                RuntimeWarning,
+                stacklevel=3,
+            )
         tmp = path.with_suffix(".tmp")
         tmp.write_text("".join(r + "\n" for r in rows))
         os.replace(tmp, path)
@@ -698,14 +842,20 @@ def _read_checkpoint(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     """(trainer blob, state) of a checkpoint dir, verified; raises `_BadCheckpoint`."""
     sums_path = path / CHECKSUMS
     try:
-        sums = json.loads(sums_path.read_text()) if sums_path.exists() else {}  # older checkpoints have none
+        sums = (
+            json.loads(sums_path.read_text()) if sums_path.exists() else {}
+        )  # older checkpoints have none
         for name in CHECKPOINT_FILES:
             if name in sums and _sha256(path / name) != sums[name]:
                 raise _BadCheckpoint(f"{name} does not match its checksum (truncated or changed)")
         blob = torch.load(path / "trainer.pt", map_location="cpu", weights_only=False)
         with open(path / "state.pkl", "rb") as f:
             state = pickle.load(f)
-        if not isinstance(blob, dict) or not isinstance(state, dict) or {"weights", "optimizer"} - set(blob):
+        if (
+            not isinstance(blob, dict)
+            or not isinstance(state, dict)
+            or {"weights", "optimizer"} - set(blob)
+        ):
             raise _BadCheckpoint("its files do not hold a trainer checkpoint")
     except _BadCheckpoint:
         raise

@@ -73,18 +73,39 @@ def k3_kl(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
     return torch.exp(d) - d - 1.0
 
 
-def _token_mean(values: torch.Tensor, mask: torch.Tensor, *, tokens: float | None = None, seqs: float | None = None, constant: float | None = None) -> torch.Tensor:
+def _token_mean(
+    values: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    tokens: float | None = None,
+    seqs: float | None = None,
+    constant: float | None = None,
+) -> torch.Tensor:
     denom = mask.sum() if tokens is None else torch.as_tensor(tokens, dtype=values.dtype)
     return (values * mask).sum() / torch.clamp(denom, min=1.0)
 
 
-def _seq_mean(values: torch.Tensor, mask: torch.Tensor, *, tokens: float | None = None, seqs: float | None = None, constant: float | None = None) -> torch.Tensor:
+def _seq_mean(
+    values: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    tokens: float | None = None,
+    seqs: float | None = None,
+    constant: float | None = None,
+) -> torch.Tensor:
     per_seq = (values * mask).sum(-1) / torch.clamp(mask.sum(-1), min=1.0)  # [B]
     n = values.shape[0] if seqs is None else seqs
     return per_seq.sum() / max(float(n), 1.0)
 
 
-def _dr_grpo(values: torch.Tensor, mask: torch.Tensor, *, tokens: float | None = None, seqs: float | None = None, constant: float | None = None) -> torch.Tensor:
+def _dr_grpo(
+    values: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    tokens: float | None = None,
+    seqs: float | None = None,
+    constant: float | None = None,
+) -> torch.Tensor:
     c = float(values.shape[0] * values.shape[1]) if constant is None else constant
     return (values * mask).sum() / max(c, 1.0)
 
@@ -97,7 +118,9 @@ AGGREGATIONS: dict[str, Callable[..., torch.Tensor]] = {
 }
 
 
-def aggregate(values: torch.Tensor, mask: torch.Tensor, mode: str, **norm: float | None) -> torch.Tensor:
+def aggregate(
+    values: torch.Tensor, mask: torch.Tensor, mode: str, **norm: float | None
+) -> torch.Tensor:
     """Reduce per-token values [B, T] to a scalar with the named aggregation (see module doc)."""
     if mode not in AGGREGATIONS:
         raise unknown("loss aggregation", mode, AGGREGATIONS)
@@ -139,7 +162,9 @@ def policy_loss(
     """
     mask = mask.to(logp.dtype)
     w = mask if weights is None else weights.to(logp.dtype) * mask
-    pg, clipped = clipped_pg_loss(logp, old_logp, advantages, clip_low=clip_low, clip_high=clip_high, dual_clip=dual_clip)
+    pg, clipped = clipped_pg_loss(
+        logp, old_logp, advantages, clip_low=clip_low, clip_high=clip_high, dual_clip=dual_clip
+    )
     if is_weights is not None:
         pg = pg * is_weights.detach()
     total = aggregate(pg * w, mask, aggregation, **norm)
@@ -147,7 +172,9 @@ def policy_loss(
     kl_value = 0.0
     if kl_coef > 0.0:
         if ref_logp is None:
-            raise ConfigError("kl_coef > 0 needs ref_logp (log-probs under the reference policy); pass ref_logp or set kl_coef = 0")
+            raise ConfigError(
+                "kl_coef > 0 needs ref_logp (log-probs under the reference policy); pass ref_logp or set kl_coef = 0"
+            )
         kl = k3_kl(logp, ref_logp)
         total = total + kl_coef * aggregate(kl * w, mask, aggregation, **norm)
         kl_value = float((kl.detach() * mask).sum() / mask.sum().clamp(min=1.0))

@@ -52,7 +52,14 @@ from trace_gym.optional import require
 
 torch = require("torch", "train")
 
-__all__ = ["DistEnv", "ShardedTrainer", "init_distributed", "make_trainer", "shard_model", "wants_sharding"]
+__all__ = [
+    "DistEnv",
+    "ShardedTrainer",
+    "init_distributed",
+    "make_trainer",
+    "shard_model",
+    "wants_sharding",
+]
 
 log = logging.getLogger(__name__)
 
@@ -89,8 +96,10 @@ def wants_sharding(cfg: TrainConfig) -> bool:
     """Whether `cfg` runs sharded in this process (torchrun's environment and ``dist.strategy``)."""
     world = launched_world_size()
     if cfg.dist.strategy == "none" and world > 1:
-        raise ConfigError(f"launched with WORLD_SIZE={world} but dist.strategy = 'none'; "
-                          "set dist.strategy = 'auto' (or 'fsdp') or launch one process")  # fmt: skip
+        raise ConfigError(
+            f"launched with WORLD_SIZE={world} but dist.strategy = 'none'; "
+            "set dist.strategy = 'auto' (or 'fsdp') or launch one process"
+        )
     return cfg.dist.strategy == "fsdp" or (cfg.dist.strategy == "auto" and world > 1)
 
 
@@ -149,8 +158,10 @@ def shard_model(model: Any, dcfg: DistConfig, mesh: Any, *, frozen: bool = False
     """
     from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, fully_shard
 
-    mp = MixedPrecisionPolicy(param_dtype=_dtype(dcfg.param_dtype),
-                              reduce_dtype=_dtype(dcfg.reduce_dtype or dcfg.param_dtype))  # fmt: skip
+    mp = MixedPrecisionPolicy(
+        param_dtype=_dtype(dcfg.param_dtype),
+        reduce_dtype=_dtype(dcfg.reduce_dtype or dcfg.param_dtype),
+    )
     kw = {"mesh": mesh, "mp_policy": mp, "reshard_after_forward": dcfg.reshard_after_forward}
     for unit in _units(model):
         fully_shard(unit, **kw)
@@ -158,7 +169,9 @@ def shard_model(model: Any, dcfg: DistConfig, mesh: Any, *, frozen: bool = False
     average = os.environ.get(FAULT_ENV) == "avg"
     for m in model.modules():
         if isinstance(m, FSDPModule) and not frozen:
-            m.set_force_sum_reduction_for_comms(True)  # SUM, then divide by the factor (1): gloo and NCCL alike
+            m.set_force_sum_reduction_for_comms(
+                True
+            )  # SUM, then divide by the factor (1): gloo and NCCL alike
             m.set_gradient_divide_factor(float(mesh.size()) if average else 1.0)
     return model
 
@@ -174,10 +187,16 @@ class _Skeleton:
 
     def build(self, device: str, dtype: Any) -> Any:
         if self.config is None:
-            raise ConfigError(f"cannot rebuild an unsharded copy of {self.cls.__name__} (no .config)")
+            raise ConfigError(
+                f"cannot rebuild an unsharded copy of {self.cls.__name__} (no .config)"
+            )
         with torch.device("meta"):
             gen = self.cls(self.config)
-        gen = gen.to_empty(device=device).to(dtype) if dtype is not None else gen.to_empty(device=device)
+        gen = (
+            gen.to_empty(device=device).to(dtype)
+            if dtype is not None
+            else gen.to_empty(device=device)
+        )
         if hasattr(gen, "tie_weights"):
             gen.tie_weights()
         with torch.no_grad():
@@ -237,15 +256,21 @@ class ShardedTrainer(Trainer):
 
     def __init__(self, config: TrainConfig, *, env: DistEnv | None = None, **parts: Any):
         if config.policy.lora:
-            raise ConfigError("dist: FSDP sharding trains all weights; set policy.lora = false "
-                              "(LoRA on one GPU needs no sharding)")  # fmt: skip
+            raise ConfigError(
+                "dist: FSDP sharding trains all weights; set policy.lora = false "
+                "(LoRA on one GPU needs no sharding)"
+            )
         self.dist = env or init_distributed(config.dist, config.policy.device)
         if config.policy.kind == "vllm" and self.dist.world_size > 1:
-            raise ConfigError("dist: policy.kind = 'vllm' is not supported with FSDP over several ranks "
-                              "(every rank would start an engine); use kind 'hf'")  # fmt: skip
+            raise ConfigError(
+                "dist: policy.kind = 'vllm' is not supported with FSDP over several ranks "
+                "(every rank would start an engine); use kind 'hf'"
+            )
         if config.rollout.ray_address and self.dist.world_size > 1:
-            raise ConfigError("dist: Ray rollouts (rollout.ray_address) are not supported with FSDP over "
-                              "several ranks; rank 0 grows the trees itself")  # fmt: skip
+            raise ConfigError(
+                "dist: Ray rollouts (rollout.ray_address) are not supported with FSDP over "
+                "several ranks; rank 0 grows the trees itself"
+            )
         if not self.dist.is_main:
             config = copy.deepcopy(config)
             config.progress = False
@@ -265,7 +290,9 @@ class ShardedTrainer(Trainer):
             self.ref_model = shard_model(self.ref_model, cfg.dist, mesh, frozen=True)
         o = cfg.optim
         params = [p for p in self.model.parameters() if p.requires_grad]
-        self.optimizer = torch.optim.AdamW(params, lr=o.lr, weight_decay=o.weight_decay, betas=o.betas)
+        self.optimizer = torch.optim.AdamW(
+            params, lr=o.lr, weight_decay=o.weight_decay, betas=o.betas
+        )
         self.generator = None
         self._gen_dtype = _dtype(cfg.dist.generator_dtype or cfg.dist.param_dtype)
         if skeleton is not None:  # rank 0 generates with a full copy, refreshed every step
@@ -348,8 +375,12 @@ class ShardedTrainer(Trainer):
         mine = self._mine(range(len(samples)))
         rows = self._logprobs_no_grad([samples[i] for i in mine], reference=reference)
         mbs = self.config.optim.micro_batch_size
-        for _ in range(_micro_count(len(samples), self.dist.world_size, mbs) - math.ceil(len(mine) / mbs)):
-            self._idle_forward(samples[0], backward=False, reference=reference and self.ref_model is not None)
+        for _ in range(
+            _micro_count(len(samples), self.dist.world_size, mbs) - math.ceil(len(mine) / mbs)
+        ):
+            self._idle_forward(
+                samples[0], backward=False, reference=reference and self.ref_model is not None
+            )
         merged: dict[int, Any] = {}
         for part in self._gather(dict(zip(mine, rows, strict=True))):
             merged.update(part)
@@ -362,11 +393,17 @@ class ShardedTrainer(Trainer):
         ref = self._scored(samples, reference=True) if self.config.algo.kl_coef > 0 else None
         return OldLogprobs(old, ref)
 
-    def _optimizer_step(self, samples: list[Sample], idx: Sequence[int], old: OldLogprobs, stats: _UpdateStats) -> None:
+    def _optimizer_step(
+        self, samples: list[Sample], idx: Sequence[int], old: OldLogprobs, stats: _UpdateStats
+    ) -> None:
         """One AdamW step on the mini-batch `samples[idx]`: this rank's share, the whole batch's normaliser."""
         a, o = self.config.algo, self.config.optim
         tokens = float(sum(samples[i].num_trained for i in idx))
-        norm = {"tokens": tokens, "seqs": float(len(idx)), "constant": float(len(idx) * a.dr_grpo_len)}
+        norm = {
+            "tokens": tokens,
+            "seqs": float(len(idx)),
+            "constant": float(len(idx) * a.dr_grpo_len),
+        }
         mine, mbs = self._mine(idx), o.micro_batch_size
         n_micro = _micro_count(len(idx), self.dist.world_size, mbs)
         self.optimizer.zero_grad(set_to_none=True)
@@ -378,7 +415,9 @@ class ShardedTrainer(Trainer):
             if not mid:
                 self._idle_forward(samples[int(idx[0])], backward=True)
                 continue
-            rows = OldLogprobs([old.old[i] for i in mid], None if old.ref is None else [old.ref[i] for i in mid])
+            rows = OldLogprobs(
+                [old.old[i] for i in mid], None if old.ref is None else [old.ref[i] for i in mid]
+            )
             local.add_micro(*self._micro_step([samples[i] for i in mid], rows, norm))
         _merge_stats(stats, self._gather((local.values, local.mismatch, local.mismatch_n)))
         stats.add_step(self._clip(o.grad_clip))
@@ -409,7 +448,9 @@ class ShardedTrainer(Trainer):
             torch.distributed.destroy_process_group()
 
 
-def _merge_stats(stats: _UpdateStats, parts: list[tuple[dict[str, list[tuple[float, float]]], float, float]]) -> None:
+def _merge_stats(
+    stats: _UpdateStats, parts: list[tuple[dict[str, list[tuple[float, float]]], float, float]]
+) -> None:
     """Add every rank's micro-batch statistics of one optimiser step to `stats` (sums over ranks:
     each micro-batch loss is a share of the whole mini-batch's loss)."""
     for values, mismatch, mismatch_n in parts:
@@ -423,4 +464,3 @@ def _merge_stats(stats: _UpdateStats, parts: list[tuple[dict[str, list[tuple[flo
 def make_trainer(cfg: TrainConfig, **parts: Any) -> Trainer:
     """A `ShardedTrainer` when `cfg` runs sharded in this process (`wants_sharding`), else a `Trainer`."""
     return ShardedTrainer(cfg, **parts) if wants_sharding(cfg) else Trainer(cfg, **parts)
-

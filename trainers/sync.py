@@ -34,7 +34,13 @@ from typing import Any
 
 from trace_gym.errors import ConfigError
 
-__all__ = ["engine_weights", "export_weights", "load_engine_weights", "push_full_weights", "sync_weights"]
+__all__ = [
+    "engine_weights",
+    "export_weights",
+    "load_engine_weights",
+    "push_full_weights",
+    "sync_weights",
+]
 
 #: attribute paths from a vLLM ``LLM`` to its in-process model, newest first (fallback only)
 _VLLM_MODEL_PATHS = (
@@ -127,7 +133,9 @@ def load_engine_weights(policy: Any, weights: list[tuple[str, Any]]) -> str:
         return method
     model = getattr(policy, "model", None)
     if model is None:
-        raise ConfigError(f"engine policy {type(policy).__name__} has neither .llm nor .model to load weights into")
+        raise ConfigError(
+            f"engine policy {type(policy).__name__} has neither .llm nor .model to load weights into"
+        )
     device = next(model.parameters()).device
     model.load_state_dict({n: t.to(device) for n, t in weights}, strict=True)
     return "state_dict"

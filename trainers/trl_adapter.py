@@ -136,7 +136,9 @@ class TRLRolloutConfig:
         if self.advantage not in ADVANTAGES:
             raise unknown("optimiser", self.advantage, ADVANTAGES)
         if self.prompt_weight not in PROMPT_WEIGHTS:
-            raise ConfigError(f"prompt_weight must be one of {PROMPT_WEIGHTS}, got {self.prompt_weight!r}")
+            raise ConfigError(
+                f"prompt_weight must be one of {PROMPT_WEIGHTS}, got {self.prompt_weight!r}"
+            )
         if self.max_seq_len < 2:
             raise ConfigError(f"max_seq_len must be >= 2, got {self.max_seq_len}")
         self.runner_config()  # validates the budget fields
@@ -144,8 +146,14 @@ class TRLRolloutConfig:
     def runner_config(self) -> Any:
         from trace_gym.runner import RunnerConfig
 
-        return RunnerConfig(root_budget=self.root_budget, replays_per_root=self.replays_per_root, m_max=self.m_max,
-                            replay_cost=self.replay_cost, max_batch=self.max_batch, seed=self.seed)
+        return RunnerConfig(
+            root_budget=self.root_budget,
+            replays_per_root=self.replays_per_root,
+            m_max=self.m_max,
+            replay_cost=self.replay_cost,
+            max_batch=self.max_batch,
+            seed=self.seed,
+        )
 
 
 @dataclass
@@ -163,9 +171,13 @@ class Row:
     unit: tuple[int, tuple[int, ...]] | None = None
 
 
-def unit_rows(trees: Sequence[RolloutTree], cfg: TRLRolloutConfig) -> tuple[list[Row], dict[str, float]]:
+def unit_rows(
+    trees: Sequence[RolloutTree], cfg: TRLRolloutConfig
+) -> tuple[list[Row], dict[str, float]]:
     """One `Row` per trained unit of the trees (zero-advantage and over-long units dropped)."""
-    units = compute_advantages(cfg.advantage, trees, std=cfg.std, eps=cfg.eps, prompt_weight=cfg.prompt_weight)
+    units = compute_advantages(
+        cfg.advantage, trees, std=cfg.std, eps=cfg.eps, prompt_weight=cfg.prompt_weight
+    )
     n_units = len(units)
     if cfg.skip_zero_advantage:
         units = [u for u in units if abs(u.advantage * u.weight) > 1e-8]
@@ -178,12 +190,22 @@ def unit_rows(trees: Sequence[RolloutTree], cfg: TRLRolloutConfig) -> tuple[list
         p = len(trees[u.tree].prompt_token_ids or ())
         if s.num_trained == 0:
             continue
-        rows.append(Row(s.input_ids[:p], s.input_ids[p:], s.loss_mask[p:], s.gen_logprobs[p:],
-                        float(u.advantage * u.weight), (u.tree, u.nodes)))
+        rows.append(
+            Row(
+                s.input_ids[:p],
+                s.input_ids[p:],
+                s.loss_mask[p:],
+                s.gen_logprobs[p:],
+                float(u.advantage * u.weight),
+                (u.tree, u.nodes),
+            )
+        )
     return rows, {"units": float(n_units), "dropped_too_long": float(too_long)}
 
 
-def pack_rows(rows: Sequence[Row], n_rows: int, group: int, *, pad_id: int, eos_id: int) -> tuple[list[Row], int]:
+def pack_rows(
+    rows: Sequence[Row], n_rows: int, group: int, *, pad_id: int, eos_id: int
+) -> tuple[list[Row], int]:
     """Lay `rows` out in `n_rows` slots so that TRL's per-block centring is the identity.
 
     Each block of `group` consecutive slots holds at most ``group - 1`` unit rows and one
@@ -193,7 +215,9 @@ def pack_rows(rows: Sequence[Row], n_rows: int, group: int, *, pad_id: int, eos_
     with the smallest |reward| are dropped; returns (the `n_rows` rows, how many dropped).
     """
     if group < 2 or n_rows % group:
-        raise ConfigError(f"TRL's batch of {n_rows} rows is not whole groups of num_generations={group}")
+        raise ConfigError(
+            f"TRL's batch of {n_rows} rows is not whole groups of num_generations={group}"
+        )
     per_block = group - 1
     capacity = (n_rows // group) * per_block
     keep = list(range(len(rows)))
@@ -213,15 +237,29 @@ def _filler(pad_id: int, eos_id: int, reward: float) -> Row:
     return Row([pad_id], [eos_id], [0], [0.0], reward)
 
 
-def allocation_record(step: int, candidates: Sequence[str], trees: Sequence[RolloutTree], report: Any) -> dict[str, Any]:
+def allocation_record(
+    step: int, candidates: Sequence[str], trees: Sequence[RolloutTree], report: Any
+) -> dict[str, Any]:
     """The step's allocation: root rollouts (group size) and replay episodes per selected prompt."""
     sizes = {t.prompt_id: len(t.root.children) for t in trees}
-    replays = {t.prompt_id: sum(1 for n in t.leaves(include_failed=True) if n.origin == "replay") for t in trees}
-    return {"step": step, "candidates": list(candidates), "group_sizes": sizes, "replays": replays,
-            "roots": report.roots, "replays_total": report.replays, "accounted_cost": report.accounted_cost}
+    replays = {
+        t.prompt_id: sum(1 for n in t.leaves(include_failed=True) if n.origin == "replay")
+        for t in trees
+    }
+    return {
+        "step": step,
+        "candidates": list(candidates),
+        "group_sizes": sizes,
+        "replays": replays,
+        "roots": report.roots,
+        "replays_total": report.replays,
+        "accounted_cost": report.accounted_cost,
+    }
 
 
-def step_stats(record: dict[str, Any], trees: Sequence[RolloutTree], counts: dict[str, float]) -> dict[str, float]:
+def step_stats(
+    record: dict[str, Any], trees: Sequence[RolloutTree], counts: dict[str, float]
+) -> dict[str, float]:
     """The ``trace/*`` scalars of one generation batch (without the prefix)."""
     sizes = list(record["group_sizes"].values()) or [0]
     bm = batch_metrics(trees)
@@ -250,8 +288,16 @@ class TraceRollout:
     `last_rows` and `last_record` hold what it produced.
     """
 
-    def __init__(self, policy: Any, env_factory: Callable[[], gym.Env], config: TRLRolloutConfig | None = None,
-                 *, allocator: Any = None, predictor: Any = None, runner: Any = None):
+    def __init__(
+        self,
+        policy: Any,
+        env_factory: Callable[[], gym.Env],
+        config: TRLRolloutConfig | None = None,
+        *,
+        allocator: Any = None,
+        predictor: Any = None,
+        runner: Any = None,
+    ):
         from trace_gym.alloc import make_allocator
         from trace_gym.predict import make_predictor
         from trace_gym.runner import BranchingRunner
@@ -259,7 +305,9 @@ class TraceRollout:
         self.config = cfg = config or TRLRolloutConfig()
         self.policy = policy
         if runner is None:
-            allocator = allocator or make_allocator(cfg.allocator, m_max=cfg.m_max, **cfg.allocator_kwargs)
+            allocator = allocator or make_allocator(
+                cfg.allocator, m_max=cfg.m_max, **cfg.allocator_kwargs
+            )
             if predictor is None and cfg.predictor:
                 predictor = make_predictor(cfg.predictor, **cfg.predictor_kwargs)
             runner = BranchingRunner(policy, env_factory, allocator, predictor, cfg.runner_config())
@@ -271,7 +319,9 @@ class TraceRollout:
     def __call__(self, prompts: list[Any], trainer: Any) -> dict[str, Any]:
         group = trainer.num_generations if trainer.model.training else trainer.num_generations_eval
         if len(prompts) % group:
-            raise ConfigError(f"TRL passed {len(prompts)} prompts, not whole groups of num_generations={group}")
+            raise ConfigError(
+                f"TRL passed {len(prompts)} prompts, not whole groups of num_generations={group}"
+            )
         candidates = list(dict.fromkeys(str(p) for p in prompts))
         step = int(trainer.state.global_step)
         trees, report = self._collect(trainer, step, candidates)
@@ -281,9 +331,19 @@ class TraceRollout:
         eos = tok.eos_token_id if tok.eos_token_id is not None else pad
         packed, dropped = pack_rows(rows, len(prompts), group, pad_id=pad, eos_id=eos)
         record = allocation_record(step, candidates, trees, report)
-        stats = step_stats(record, trees, {**counts, "unit_rows": float(len(rows) - dropped),
-                                           "dropped_units": float(dropped), "rows": float(len(packed))})
-        self._write_record(trainer, {**record, **{k: stats[k] for k in ("reward", "unit_rows", "dropped_units")}})
+        stats = step_stats(
+            record,
+            trees,
+            {
+                **counts,
+                "unit_rows": float(len(rows) - dropped),
+                "dropped_units": float(dropped),
+                "rows": float(len(packed)),
+            },
+        )
+        self._write_record(
+            trainer, {**record, **{k: stats[k] for k in ("reward", "unit_rows", "dropped_units")}}
+        )
         self.last_trees, self.last_rows, self.last_record = trees, packed, record
         return {
             "prompt_ids": [r.prompt_ids for r in packed],
@@ -294,7 +354,9 @@ class TraceRollout:
             "trace_stats": stats,  # not a list: TRL copies it to every row
         }
 
-    def _collect(self, trainer: Any, step: int, candidates: list[str]) -> tuple[list[RolloutTree], Any]:
+    def _collect(
+        self, trainer: Any, step: int, candidates: list[str]
+    ) -> tuple[list[RolloutTree], Any]:
         """Run one runner step with the policy on TRL's current module, in eval mode."""
         model = trainer.accelerator.unwrap_model(trainer.model)
         if self.policy.model is not model:  # e.g. TRL wrapped it with peft: generate with that
@@ -310,8 +372,14 @@ class TraceRollout:
         return result.trees, result.report
 
     def _write_record(self, trainer: Any, record: dict[str, Any]) -> None:
-        log.info("TRACE step %d: group sizes %s, replays %s (%d roots, %d replays)", record["step"],
-                 record["group_sizes"], record["replays"], record["roots"], record["replays_total"])
+        log.info(
+            "TRACE step %d: group sizes %s, replays %s (%d roots, %d replays)",
+            record["step"],
+            record["group_sizes"],
+            record["replays"],
+            record["roots"],
+            record["replays_total"],
+        )
         if not trainer.accelerator.is_main_process:
             return
         out = Path(trainer.args.output_dir)
@@ -320,16 +388,23 @@ class TraceRollout:
             f.write(json.dumps(record, default=float) + "\n")
 
 
-def trace_advantage(prompts: list[Any], completions: list[Any], trace_advantage: list[float] | None = None,
-                    trace_stats: list[dict[str, float]] | None = None, log_metric: Callable | None = None,
-                    **_: Any) -> list[float]:
+def trace_advantage(
+    prompts: list[Any],
+    completions: list[Any],
+    trace_advantage: list[float] | None = None,
+    trace_stats: list[dict[str, float]] | None = None,
+    log_metric: Callable | None = None,
+    **_: Any,
+) -> list[float]:
     """TRL reward function of `TraceRollout` rows: each row's packed advantage.
 
     Also logs the step's ``trace/*`` scalars through TRL's ``log_metric``.
     """
     if trace_advantage is None:
-        raise ConfigError("trace_advantage is the reward of TraceRollout rows; pass rollout_func=TraceRollout(...) "
-                          "to GRPOTrainer (or build it with make_grpo_trainer)")
+        raise ConfigError(
+            "trace_advantage is the reward of TraceRollout rows; pass rollout_func=TraceRollout(...) "
+            "to GRPOTrainer (or build it with make_grpo_trainer)"
+        )
     if log_metric is not None and trace_stats:
         for k, v in trace_stats[0].items():
             log_metric(f"trace/{k}", float(v))
@@ -339,18 +414,28 @@ def trace_advantage(prompts: list[Any], completions: list[Any], trace_advantage:
 def check_grpo_args(args: Any, policy: Any) -> None:
     """Refuse GRPOConfig settings under which TRL's loss would not see our advantages."""
     if args.scale_rewards != "none":
-        raise ConfigError(f"GRPOConfig.scale_rewards must be 'none' for TRACE rollouts (got {args.scale_rewards!r}): "
-                          "the adapter passes exact advantages and a std scaling would rescale them")
+        raise ConfigError(
+            f"GRPOConfig.scale_rewards must be 'none' for TRACE rollouts (got {args.scale_rewards!r}): "
+            "the adapter passes exact advantages and a std scaling would rescale them"
+        )
     if args.multi_objective_aggregation != "sum_then_normalize":
-        raise ConfigError("GRPOConfig.multi_objective_aggregation must be 'sum_then_normalize' for TRACE rollouts")
+        raise ConfigError(
+            "GRPOConfig.multi_objective_aggregation must be 'sum_then_normalize' for TRACE rollouts"
+        )
     if args.reward_weights not in (None, [1.0]):
-        raise ConfigError(f"GRPOConfig.reward_weights must be None (one reward: trace_advantage), got {args.reward_weights}")
+        raise ConfigError(
+            f"GRPOConfig.reward_weights must be None (one reward: trace_advantage), got {args.reward_weights}"
+        )
     if args.use_vllm:
-        raise ConfigError("GRPOConfig.use_vllm must be False: the BranchingRunner's policy generates")
+        raise ConfigError(
+            "GRPOConfig.use_vllm must be False: the BranchingRunner's policy generates"
+        )
     temp = getattr(getattr(policy, "sampling", None), "temperature", None)
     if temp is not None and abs(float(temp) - float(args.temperature)) > 1e-9:
-        raise ConfigError(f"GRPOConfig.temperature ({args.temperature}) must equal the policy's sampling temperature "
-                          f"({temp}): TRL recomputes logprobs at its temperature")
+        raise ConfigError(
+            f"GRPOConfig.temperature ({args.temperature}) must equal the policy's sampling temperature "
+            f"({temp}): TRL recomputes logprobs at its temperature"
+        )
 
 
 #: the runner's state file inside each TRL checkpoint folder (predictor + visit histories)
@@ -371,7 +456,10 @@ def runner_state_callback(rollout: TraceRollout) -> Any:
             folder = Path(args.output_dir) / f"checkpoint-{state.global_step}"
             if state.is_world_process_zero and folder.is_dir():
                 pred = rollout.runner.predictor
-                blob = {"predictor": None if pred is None else pred.state_dict(), "history": dict(rollout.runner.history)}
+                blob = {
+                    "predictor": None if pred is None else pred.state_dict(),
+                    "history": dict(rollout.runner.history),
+                }
                 tmp = folder / (RUNNER_STATE_FILE + ".tmp")
                 tmp.write_bytes(pickle.dumps(blob))
                 os.replace(tmp, folder / RUNNER_STATE_FILE)
@@ -385,7 +473,11 @@ def runner_state_callback(rollout: TraceRollout) -> Any:
                 rollout.runner.predictor.load_state_dict(blob["predictor"])
             rollout.runner.history.clear()
             rollout.runner.history.update(blob["history"])
-            log.info("restored the runner's predictor and %d visit histories from %s", len(blob["history"]), path)
+            log.info(
+                "restored the runner's predictor and %d visit histories from %s",
+                len(blob["history"]),
+                path,
+            )
 
     return RunnerStateCallback()
 
@@ -398,9 +490,17 @@ def task_dataset(task_ids: Sequence[str]) -> Any:
     return datasets.Dataset.from_dict({"prompt": [str(t) for t in task_ids]})
 
 
-def make_grpo_trainer(policy: Any, env_factory: Callable[[], gym.Env], args: Any, config: TRLRolloutConfig | None = None,
-                      *, task_ids: Sequence[str] | None = None, allocator: Any = None, predictor: Any = None,
-                      **trainer_kwargs: Any) -> Any:
+def make_grpo_trainer(
+    policy: Any,
+    env_factory: Callable[[], gym.Env],
+    args: Any,
+    config: TRLRolloutConfig | None = None,
+    *,
+    task_ids: Sequence[str] | None = None,
+    allocator: Any = None,
+    predictor: Any = None,
+    **trainer_kwargs: Any,
+) -> Any:
     """A TRL `GRPOTrainer` on `policy.model` whose rollouts are TRACE trees.
 
     `args` is a `trl.GRPOConfig` (checked by `check_grpo_args`); `task_ids` default to
@@ -414,6 +514,13 @@ def make_grpo_trainer(policy: Any, env_factory: Callable[[], gym.Env], args: Any
         probe.close()
     rollout = TraceRollout(policy, env_factory, config, allocator=allocator, predictor=predictor)
     callbacks = [*(trainer_kwargs.pop("callbacks", None) or []), runner_state_callback(rollout)]
-    return trl.GRPOTrainer(model=policy.model, reward_funcs=[trace_advantage], args=args,
-                           train_dataset=task_dataset(task_ids), processing_class=policy.tokenizer,
-                           rollout_func=rollout, callbacks=callbacks, **trainer_kwargs)
+    return trl.GRPOTrainer(
+        model=policy.model,
+        reward_funcs=[trace_advantage],
+        args=args,
+        train_dataset=task_dataset(task_ids),
+        processing_class=policy.tokenizer,
+        rollout_func=rollout,
+        callbacks=callbacks,
+        **trainer_kwargs,
+    )

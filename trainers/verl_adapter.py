@@ -61,18 +61,37 @@ __all__ = ["AGENT_NAME", "TraceEnvAgentLoop", "VerlTraceRunner", "close_pools", 
 AGENT_NAME = "trace_env"
 
 
-def trace_request(env_id: str, task: str, *, env_kwargs: dict | None = None, env_seed: int = 0,
-                  step: int = 0, anchor: int = 0, child: int = 0, seed: int = 0,
-                  restore: dict | None = None, episode: int = 0) -> dict[str, Any]:  # fmt: skip
+def trace_request(
+    env_id: str,
+    task: str,
+    *,
+    env_kwargs: dict | None = None,
+    env_seed: int = 0,
+    step: int = 0,
+    anchor: int = 0,
+    child: int = 0,
+    seed: int = 0,
+    restore: dict | None = None,
+    episode: int = 0,
+) -> dict[str, Any]:
     """The ``trace_gym`` field of one verl sample: which env and task to play, and from where.
 
     `step`, `anchor`, `child` and `seed` give each turn its sampling seed
     (`trace_gym.seeding.branch_seed`, as the local runner draws them); `restore` is a
     replay's start (see `VerlTraceRunner`); `episode` is echoed back in the result.
     """
-    return {"env_id": env_id, "task": str(task), "env_kwargs": dict(env_kwargs or {}), "env_seed": int(env_seed),
-            "step": int(step), "anchor": int(anchor), "child": int(child), "seed": int(seed),
-            "restore": restore, "episode": int(episode)}  # fmt: skip
+    return {
+        "env_id": env_id,
+        "task": str(task),
+        "env_kwargs": dict(env_kwargs or {}),
+        "env_seed": int(env_seed),
+        "step": int(step),
+        "anchor": int(anchor),
+        "child": int(child),
+        "seed": int(seed),
+        "restore": restore,
+        "episode": int(episode),
+    }
 
 
 # ---------------------------------------------------------------------- the agent loop
@@ -146,9 +165,15 @@ class TraceEnvAgentLoop(AgentLoopBase):
         ep = _Episode(spec)
         try:
             await self._start(env, ep)
-            if len(ep.prompt_ids) > self.prompt_length and ep.error is None:  # never truncated: a failed branch
-                ep.error = {"where": "context", "kind": "overflow", "message": f"prompt of {len(ep.prompt_ids)} "
-                            f"tokens exceeds actor_rollout_ref.rollout.prompt_length={self.prompt_length}"}
+            if (
+                len(ep.prompt_ids) > self.prompt_length and ep.error is None
+            ):  # never truncated: a failed branch
+                ep.error = {
+                    "where": "context",
+                    "kind": "overflow",
+                    "message": f"prompt of {len(ep.prompt_ids)} "
+                    f"tokens exceeds actor_rollout_ref.rollout.prompt_length={self.prompt_length}",
+                }
                 ep.done = True
             while not ep.done:
                 await self._turn(env, ep, sampling_params)
@@ -162,7 +187,8 @@ class TraceEnvAgentLoop(AgentLoopBase):
         try:
             if req is None:
                 prompt, info = await loop.run_in_executor(
-                    None, partial(env.reset, seed=spec["env_seed"], options={"task": spec["task"]}))
+                    None, partial(env.reset, seed=spec["env_seed"], options={"task": spec["task"]})
+                )
                 conv = Conversation(spec["env_id"], spec["task"], prompt, (), 0, reset_info=info)
                 ep.prompt_ids = self.chat.prompt_ids(conv)
                 return
@@ -170,7 +196,10 @@ class TraceEnvAgentLoop(AgentLoopBase):
             unwrap(env).np_random = np.random.Generator(np.random.PCG64(spec["env_seed"]))
         except Exception as e:  # noqa: BLE001 - a broken branch is data
             where = "env.reset" if req is None else "env.restore"
-            ep.error, ep.done = {"where": where, "kind": "env" if req is None else "infra", "message": repr(e)}, True
+            ep.error, ep.done = (
+                {"where": where, "kind": "env" if req is None else "infra", "message": repr(e)},
+                True,
+            )
             if req is None:
                 return
         ep.prompt_ids = list(req["prompt_ids"])
@@ -182,28 +211,47 @@ class TraceEnvAgentLoop(AgentLoopBase):
     def _seed(self, ep: _Episode) -> int:
         s = ep.spec
         turn = len(ep.turns) + 1  # the local runner's numbering: turns of this branch
-        return branch_seed(s["step"], s["task"], s["anchor"], s["child"], turn=turn, base=s["seed"]) % (2**31)
+        return branch_seed(
+            s["step"], s["task"], s["anchor"], s["child"], turn=turn, base=s["seed"]
+        ) % (2**31)
 
     async def _turn(self, env: gym.Env, ep: _Episode, sampling_params: dict[str, Any]) -> None:
         """One assistant turn, one env step, the observation appended, a checkpoint taken."""
         fmt = self.chat.format(ep.spec["env_id"])
         room = self.response_length - len(ep.response_ids)
-        if room <= 0 or (self.max_assistant_turns and len(ep.turns) + ep.prefix_turns >= self.max_assistant_turns):
+        if room <= 0 or (
+            self.max_assistant_turns and len(ep.turns) + ep.prefix_turns >= self.max_assistant_turns
+        ):
             ep.truncated, ep.overflow, ep.done = True, room <= 0, True
             return
         cap = min(int(sampling_params.get("max_tokens") or fmt.max_new_tokens), fmt.max_new_tokens)
-        params = {**sampling_params, "stop": list(fmt.stop), "include_stop_str_in_output": True,
-                  "max_tokens": min(cap, room), "seed": self._seed(ep)}  # fmt: skip
-        out = await self.server_manager.generate(uuid4().hex, prompt_ids=ep.prompt_ids + ep.response_ids,
-                                                 sampling_params=params)  # fmt: skip
+        params = {
+            **sampling_params,
+            "stop": list(fmt.stop),
+            "include_stop_str_in_output": True,
+            "max_tokens": min(cap, room),
+            "seed": self._seed(ep),
+        }
+        out = await self.server_manager.generate(
+            uuid4().hex, prompt_ids=ep.prompt_ids + ep.response_ids, sampling_params=params
+        )
         ids, seed = list(out.token_ids), params["seed"]
         start = len(ep.response_ids)
         ep.response_ids += ids
         ep.response_mask += [1] * len(ids)
         ep.response_logprobs += list(out.log_probs) if out.log_probs else [0.0] * len(ids)
         text = self.tokenizer.decode(ids, skip_special_tokens=True)
-        record = {"action": text, "observation": "", "reward": 0.0, "start": start, "end": len(ep.response_ids),
-                  "obs_end": len(ep.response_ids), "seed": seed, "info": {}, "logprobs": out.log_probs is not None}
+        record = {
+            "action": text,
+            "observation": "",
+            "reward": 0.0,
+            "start": start,
+            "end": len(ep.response_ids),
+            "obs_end": len(ep.response_ids),
+            "seed": seed,
+            "info": {},
+            "logprobs": out.log_probs is not None,
+        }
         ep.turns.append(record)
         if len(ids) >= room and room < cap:  # the response budget, not the turn cap, ended it
             record["info"]["overflow"] = True
@@ -211,11 +259,15 @@ class TraceEnvAgentLoop(AgentLoopBase):
             return
         await self._step(env, ep, record, ids)
 
-    async def _step(self, env: gym.Env, ep: _Episode, record: dict[str, Any], ids: list[int]) -> None:
+    async def _step(
+        self, env: gym.Env, ep: _Episode, record: dict[str, Any], ids: list[int]
+    ) -> None:
         fmt = self.chat.format(ep.spec["env_id"])
         loop = asyncio.get_running_loop()
         try:
-            obs, reward, terminated, truncated, info = await loop.run_in_executor(None, env.step, record["action"])
+            obs, reward, terminated, truncated, info = await loop.run_in_executor(
+                None, env.step, record["action"]
+            )
             done = bool(terminated or truncated)
             blob = None if done else await loop.run_in_executor(None, _checkpoint_blob, env)
         except Exception as e:  # noqa: BLE001 - a broken branch is data
@@ -223,7 +275,12 @@ class TraceEnvAgentLoop(AgentLoopBase):
             return
         record.update(observation=obs, reward=float(reward), info=dict(info))
         if done:
-            ep.reward, ep.terminated, ep.truncated, ep.done = float(reward), bool(terminated), bool(truncated), True
+            ep.reward, ep.terminated, ep.truncated, ep.done = (
+                float(reward),
+                bool(terminated),
+                bool(truncated),
+                True,
+            )
             return
         obs_ids = self.chat.obs_ids(obs, fmt, ids, obs_role(info))
         if len(ep.response_ids) + len(obs_ids) >= self.response_length:  # no room for the next turn
@@ -238,21 +295,38 @@ class TraceEnvAgentLoop(AgentLoopBase):
 
     def _output(self, ep: _Episode) -> AgentLoopOutput:
         n = self.response_length
-        mask = [0] * len(ep.response_mask) if ep.error else ep.response_mask  # a failed branch trains nothing
-        result = {"episode": ep.spec["episode"], "task": ep.spec["task"], "env_id": ep.spec["env_id"],
-                  "turns": ep.turns, "checkpoints": ep.checkpoints, "prefix_turns": ep.prefix_turns,
-                  "prompt_ids": ep.prompt_ids, "reward": None if ep.error else ep.reward,
-                  "terminated": ep.terminated, "truncated": ep.truncated or bool(ep.error),
-                  "overflow": ep.overflow, "error": ep.error}  # fmt: skip
+        mask = (
+            [0] * len(ep.response_mask) if ep.error else ep.response_mask
+        )  # a failed branch trains nothing
+        result = {
+            "episode": ep.spec["episode"],
+            "task": ep.spec["task"],
+            "env_id": ep.spec["env_id"],
+            "turns": ep.turns,
+            "checkpoints": ep.checkpoints,
+            "prefix_turns": ep.prefix_turns,
+            "prompt_ids": ep.prompt_ids,
+            "reward": None if ep.error else ep.reward,
+            "terminated": ep.terminated,
+            "truncated": ep.truncated or bool(ep.error),
+            "overflow": ep.overflow,
+            "error": ep.error,
+        }
         return AgentLoopOutput(
-            prompt_ids=self._cap_text_prompt_length(ep.prompt_ids),  # verl pads prompts to prompt_length
+            prompt_ids=self._cap_text_prompt_length(
+                ep.prompt_ids
+            ),  # verl pads prompts to prompt_length
             response_ids=ep.response_ids[:n],
             response_mask=mask[:n],
             response_logprobs=ep.response_logprobs[:n],
             reward_score=0.0 if ep.error else ep.reward,
             num_turns=1 + 2 * len(ep.turns) + 2 * ep.prefix_turns,
             metrics={},
-            extra_fields={"trace_gym_result": result, "turn_scores": [t["reward"] for t in ep.turns], "tool_rewards": []},
+            extra_fields={
+                "trace_gym_result": result,
+                "turn_scores": [t["reward"] for t in ep.turns],
+                "tool_rewards": [],
+            },
         )
 
 
@@ -274,7 +348,9 @@ class _VerlRollout:
         self.generate_sequences = generate_sequences
 
     def generate(self, conversations: Sequence[Conversation]) -> list:
-        raise ConfigError("VerlTraceRunner rolls out through verl's generate_sequences, not generate()")
+        raise ConfigError(
+            "VerlTraceRunner rolls out through verl's generate_sequences, not generate()"
+        )
 
 
 def _resolve(value: Any) -> Any:
@@ -293,12 +369,26 @@ class VerlTraceRunner(BranchingRunner):
     in the root rollout that generated them).
     """
 
-    def __init__(self, generate_sequences: Callable[[Any], Any], env_id: str, allocator: Any,
-                 predictor: Any, config: RunnerConfig, *, env_kwargs: dict | None = None,
-                 train_prefix: bool = False, agent_name: str = AGENT_NAME):  # fmt: skip
+    def __init__(
+        self,
+        generate_sequences: Callable[[Any], Any],
+        env_id: str,
+        allocator: Any,
+        predictor: Any,
+        config: RunnerConfig,
+        *,
+        env_kwargs: dict | None = None,
+        train_prefix: bool = False,
+        agent_name: str = AGENT_NAME,
+    ):
         self.env_id, self.env_kwargs = env_id, dict(env_kwargs or {})
-        super().__init__(_VerlRollout(generate_sequences), partial(gym.make, env_id, **self.env_kwargs),
-                         allocator, predictor, config)  # fmt: skip
+        super().__init__(
+            _VerlRollout(generate_sequences),
+            partial(gym.make, env_id, **self.env_kwargs),
+            allocator,
+            predictor,
+            config,
+        )
         self.train_prefix, self.agent_name = bool(train_prefix), agent_name
         #: verl's output of the last step: root rollouts then replays (``DataProto.concat``)
         self.last_batch: Any = None
@@ -314,7 +404,9 @@ class VerlTraceRunner(BranchingRunner):
             outs.append(self._rollout(ctx, replays))
         for w in works:
             _insert(ctx, w, w.replays)
-            for node in w.tree.nodes:  # checkpoints live for the step only (trees stay serialisable)
+            for (
+                node
+            ) in w.tree.nodes:  # checkpoints live for the step only (trees stay serialisable)
                 node.info.pop("verl_checkpoint", None)
             w.phase = "closed"
             w.tree.compute_targets()
@@ -341,23 +433,42 @@ class VerlTraceRunner(BranchingRunner):
         rows = [self._request(ctx, k, ep) for k, ep in enumerate(episodes)]
         uid = [f"{ctx.step}:{ep.work.tree.prompt_id}" for ep in episodes]
         raw = [[{"role": "user", "content": ep.prompt}] for ep in episodes]
-        return DataProto.from_dict(non_tensors={
-            "trace_gym": _objects(rows), "uid": _objects(uid), "raw_prompt": _objects(raw),
-            "agent_name": _objects([self.agent_name] * len(episodes)),
-            "index": np.array([ep.work.order for ep in episodes]),
-        }, meta_info={"global_steps": ctx.step})  # fmt: skip
+        return DataProto.from_dict(
+            non_tensors={
+                "trace_gym": _objects(rows),
+                "uid": _objects(uid),
+                "raw_prompt": _objects(raw),
+                "agent_name": _objects([self.agent_name] * len(episodes)),
+                "index": np.array([ep.work.order for ep in episodes]),
+            },
+            meta_info={"global_steps": ctx.step},
+        )
 
     def _request(self, ctx: StepContext, k: int, ep: Episode) -> dict[str, Any]:
         tree = ep.work.tree
         restore = None
         if ep.kind == "replay":
             ids, lps, turns = _prefix_tokens(tree, ep.anchor)
-            restore = {"checkpoint": tree.nodes[ep.anchor].info["verl_checkpoint"], "prompt_ids": tree.prompt_token_ids,
-                       "response_ids": ids, "response_logprobs": lps, "turns": turns,
-                       "train_prefix": self.train_prefix}  # fmt: skip
-        return trace_request(self.env_id, tree.prompt_id, env_kwargs=self.env_kwargs, env_seed=ep.env_seed,
-                             step=ctx.step, anchor=ep.anchor, child=ep.child, seed=ctx.seed,
-                             restore=restore, episode=k)  # fmt: skip
+            restore = {
+                "checkpoint": tree.nodes[ep.anchor].info["verl_checkpoint"],
+                "prompt_ids": tree.prompt_token_ids,
+                "response_ids": ids,
+                "response_logprobs": lps,
+                "turns": turns,
+                "train_prefix": self.train_prefix,
+            }
+        return trace_request(
+            self.env_id,
+            tree.prompt_id,
+            env_kwargs=self.env_kwargs,
+            env_seed=ep.env_seed,
+            step=ctx.step,
+            anchor=ep.anchor,
+            child=ep.child,
+            seed=ctx.seed,
+            restore=restore,
+            episode=k,
+        )
 
 
 def _objects(values: list) -> np.ndarray:
@@ -372,7 +483,9 @@ def _response_row(out: Any, i: int) -> tuple[list[int], list[float] | None]:
     width = batch["prompts"].shape[1]
     n = int(batch["attention_mask"][i, width:].sum())
     ids = batch["responses"][i, :n].tolist()
-    lps = batch["rollout_log_probs"][i, :n].tolist() if "rollout_log_probs" in batch.keys() else None
+    lps = (
+        batch["rollout_log_probs"][i, :n].tolist() if "rollout_log_probs" in batch.keys() else None
+    )
     return ids, lps
 
 
@@ -395,10 +508,15 @@ def _take_result(ctx: StepContext, ep: Episode, r: dict[str, Any], row: tuple) -
     if tree.prompt_token_ids is None:
         tree.prompt_token_ids = list(r["prompt_ids"])
     for k, t in enumerate(r["turns"]):
-        turn = Turn(action=t["action"], observation=t["observation"], reward=float(t["reward"]),
-                    token_ids=ids[t["start"]:t["end"]], obs_token_ids=ids[t["end"]:t["obs_end"]],
-                    logprobs=lps[t["start"]:t["end"]] if lps is not None and t["logprobs"] else None,
-                    info=dict(t["info"]))  # fmt: skip
+        turn = Turn(
+            action=t["action"],
+            observation=t["observation"],
+            reward=float(t["reward"]),
+            token_ids=ids[t["start"] : t["end"]],
+            obs_token_ids=ids[t["end"] : t["obs_end"]],
+            logprobs=lps[t["start"] : t["end"]] if lps is not None and t["logprobs"] else None,
+            info=dict(t["info"]),
+        )
         ep.turns.append(turn)
         ep.seeds.append(int(t["seed"]))
         ep.true_values.append(None)
@@ -408,7 +526,12 @@ def _take_result(ctx: StepContext, ep: Episode, r: dict[str, Any], row: tuple) -
         ctx.report.env_steps += 0 if t["info"].get("overflow") else 1
     ctx.report.measured_turns += len(r["turns"])
     ep.reward = 0.0 if r["reward"] is None else float(r["reward"])
-    ep.terminated, ep.truncated, ep.overflow, ep.done = bool(r["terminated"]), bool(r["truncated"]), bool(r["overflow"]), True
+    ep.terminated, ep.truncated, ep.overflow, ep.done = (
+        bool(r["terminated"]),
+        bool(r["truncated"]),
+        bool(r["overflow"]),
+        True,
+    )
     ctx.report.overflows += int(ep.overflow)
     if r["error"]:
         e = r["error"]
@@ -422,13 +545,20 @@ def _insert(ctx: StepContext, w: PromptWork, episodes: list[Episode]) -> None:
     for ep in episodes:
         node_id = ep.anchor
         for k, turn in enumerate(ep.turns):
-            node = tree.add_child(node_id, turn, origin=ep.kind, seed=ep.seeds[k], policy_version=ctx.policy_version)
+            node = tree.add_child(
+                node_id, turn, origin=ep.kind, seed=ep.seeds[k], policy_version=ctx.policy_version
+            )
             node_id = node.id
             if ep.checkpoints[k] is not None:
                 node.info["verl_checkpoint"] = ep.checkpoints[k]
         failed = ep.error is not None
-        tree.finish(node_id, reward=None if failed else ep.reward, terminated=ep.terminated,
-                    truncated=ep.truncated or failed, error=ep.error)  # fmt: skip
+        tree.finish(
+            node_id,
+            reward=None if failed else ep.reward,
+            terminated=ep.terminated,
+            truncated=ep.truncated or failed,
+            error=ep.error,
+        )
         if ep.overflow:
             tree.nodes[node_id].info["overflow"] = True
         ctx.report.failed_branches += int(failed)

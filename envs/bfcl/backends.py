@@ -71,7 +71,11 @@ def _backend_class(name: str) -> type:
 def _public_methods(name: str) -> tuple[str, ...]:
     # BFCL maps the public bound methods of an instance; a bare instance has the same set
     instance = _backend_class(name)()
-    return tuple(m for m, _ in inspect.getmembers(instance, predicate=inspect.ismethod) if not m.startswith("_"))
+    return tuple(
+        m
+        for m, _ in inspect.getmembers(instance, predicate=inspect.ismethod)
+        if not m.startswith("_")
+    )
 
 
 @functools.cache
@@ -95,7 +99,9 @@ def make_backends(entry: BFCLEntry) -> dict[str, Any]:
     for cls in entry.involved_classes:
         instance = _backend_class(cls)()
         if cls not in _STATELESS:
-            instance._load_scenario(copy.deepcopy(entry.initial_config.get(cls, {})), long_context=entry.long_context)
+            instance._load_scenario(
+                copy.deepcopy(entry.initial_config.get(cls, {})), long_context=entry.long_context
+            )
         backends[cls] = instance
     return backends
 
@@ -135,11 +141,15 @@ def execute_call(backends: Mapping[str, Any], call: Call, table: Mapping[str, st
     text = call.to_bfcl()
     name = call.name
     if name.split(".")[-1] in _FORBIDDEN:
-        return CallOutcome(text, f"{_ERR}Function call {name.split('.')[-1]} is not allowed.", "refused")
+        return CallOutcome(
+            text, f"{_ERR}Function call {name.split('.')[-1]} is not allowed.", "refused"
+        )
     cls = table.get(name)
     if cls is None:
         # BFCL evaluates the call string: an unmapped name is a NameError
-        return CallOutcome(text, f"{_ERR}name '{name.split('.')[0]}' is not defined", "unknown_function")
+        return CallOutcome(
+            text, f"{_ERR}name '{name.split('.')[0]}' is not defined", "unknown_function"
+        )
     method: Callable[..., Any] = getattr(backends[cls], name)
     try:
         call_signature(cls, name).bind(None, *call.args, **call.kwargs)

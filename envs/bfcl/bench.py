@@ -101,7 +101,9 @@ def _report(t: _Timings, n: int, repeats: int) -> dict[str, Any]:
         "checkpoint_ms_by_state": {k: _stats(v) for k, v in t.checkpoint.items()},
         "restore_ms_by_state": {k: _stats(v) for k, v in t.restore.items()},
         "steps_per_s": t.steps / t.step_time if t.step_time else float("nan"),
-        "steps_per_s_with_scripted_player": t.steps / t.player_time if t.player_time else float("nan"),
+        "steps_per_s_with_scripted_player": t.steps / t.player_time
+        if t.player_time
+        else float("nan"),
         "steps": t.steps,
         "ground_truth_success": float(np.mean(t.rewards)),
         "backend_copy_ms": {"pickle_roundtrip": _stats(t.pickle), "deepcopy": _stats(t.deepcopy)},
@@ -109,7 +111,9 @@ def _report(t: _Timings, n: int, repeats: int) -> dict[str, Any]:
     }
 
 
-def run(limit: int | None = None, repeats: int = 5, categories: tuple[str, ...] | None = None) -> dict[str, Any]:
+def run(
+    limit: int | None = None, repeats: int = 5, categories: tuple[str, ...] | None = None
+) -> dict[str, Any]:
     """Measure on the first `limit` entries (all when None); returns the JSON report."""
     from trace_gym.envs.bfcl.data import CATEGORIES
     from trace_gym.envs.bfcl.env import BFCLEnv
@@ -128,20 +132,34 @@ def run(limit: int | None = None, repeats: int = 5, categories: tuple[str, ...] 
 
 def main(argv: list[str]) -> int:
     """Entry point of ``trace-gym bench bfcl``."""
-    parser = argparse.ArgumentParser(prog="trace-gym bench bfcl", description=__doc__.splitlines()[0])
-    parser.add_argument("--limit", type=int, default=None, help="only the first N entries (default: all 800)")
-    parser.add_argument("--repeats", type=int, default=5, help="checkpoint/restore timings per state")
-    parser.add_argument("--categories", nargs="+", default=None, help="BFCL categories (default: all four)")
+    parser = argparse.ArgumentParser(
+        prog="trace-gym bench bfcl", description=__doc__.splitlines()[0]
+    )
+    parser.add_argument(
+        "--limit", type=int, default=None, help="only the first N entries (default: all 800)"
+    )
+    parser.add_argument(
+        "--repeats", type=int, default=5, help="checkpoint/restore timings per state"
+    )
+    parser.add_argument(
+        "--categories", nargs="+", default=None, help="BFCL categories (default: all four)"
+    )
     parser.add_argument("--json", type=str, default=None, help="write the report to this path")
     args = parser.parse_args(argv)
     report = run(args.limit, args.repeats, tuple(args.categories) if args.categories else None)
     ck, rs = report["checkpoint_ms"], report["restore_ms"]
-    print(f"trace/BFCL-v0 over {report['entries']} entries (initial + mid-episode states, x{report['repeats']})")
+    print(
+        f"trace/BFCL-v0 over {report['entries']} entries (initial + mid-episode states, x{report['repeats']})"
+    )
     print(f"  checkpoint  median {ck['median']:.4f} ms   p99 {ck['p99']:.4f} ms")
-    print(f"  restore     median {rs['median']:.4f} ms   p99 {rs['p99']:.4f} ms   (goal: median <= 1 ms)")
+    print(
+        f"  restore     median {rs['median']:.4f} ms   p99 {rs['p99']:.4f} ms   (goal: median <= 1 ms)"
+    )
     for where in ("initial", "mid"):
         c, r = report["checkpoint_ms_by_state"][where], report["restore_ms_by_state"][where]
-        print(f"    {where:<8} checkpoint {c['median']:.4f} / {c['p99']:.4f}   restore {r['median']:.4f} / {r['p99']:.4f}")
+        print(
+            f"    {where:<8} checkpoint {c['median']:.4f} / {c['p99']:.4f}   restore {r['median']:.4f} / {r['p99']:.4f}"
+        )
     bc = report["backend_copy_ms"]
     print(
         f"  backend copy: pickle round trip {bc['pickle_roundtrip']['median']:.4f} ms, "

@@ -39,7 +39,9 @@ INSTALL = f"pip install --no-deps bfcl-eval=={BFCL_EVAL_VERSION} && pip install 
 #: the BFCL v4 multi-turn categories this env serves (200 entries each)
 CATEGORIES: tuple[str, ...] = ("base", "miss_func", "miss_param", "long_context")
 #: the user message BFCL sends when held-out functions appear (miss_func), FC mode
-ADDITIONAL_FUNCTION_PROMPT = "I have updated some more functions you can choose from. What about now?"
+ADDITIONAL_FUNCTION_PROMPT = (
+    "I have updated some more functions you can choose from. What about now?"
+)
 
 #: backend class -> function-doc file (bfcl_eval.constants.executable_backend_config)
 _DOC_FILES: dict[str, str] = {
@@ -134,7 +136,9 @@ class BFCLEntry:
 def function_docs(class_name: str) -> tuple[dict[str, Any], ...]:
     """BFCL's function docs of one backend class (treat as read-only)."""
     if class_name not in _DOC_FILES:
-        raise ConfigError(f"unknown BFCL backend class {class_name!r}; known: {', '.join(_DOC_FILES)}")
+        raise ConfigError(
+            f"unknown BFCL backend class {class_name!r}; known: {', '.join(_DOC_FILES)}"
+        )
     path = require_bfcl() / "multi_turn_func_doc" / _DOC_FILES[class_name]
     return tuple(json.loads(line) for line in path.read_text().splitlines() if line.strip())
 
@@ -168,7 +172,11 @@ def to_openai_tool(doc: dict[str, Any]) -> dict[str, Any]:
     params["properties"] = _openai_properties(params.get("properties", {}))
     return {
         "type": "function",
-        "function": {"name": doc["name"], "description": doc.get("description", ""), "parameters": params},
+        "function": {
+            "name": doc["name"],
+            "description": doc.get("description", ""),
+            "parameters": params,
+        },
     }
 
 
@@ -180,12 +188,17 @@ def _read_jsonl(path: Path) -> list[dict[str, Any]]:
 def _category_entries(category: str) -> tuple[BFCLEntry, ...]:
     data = require_bfcl()
     questions = _read_jsonl(data / f"BFCL_v4_multi_turn_{category}.json")
-    answers = {a["id"]: a["ground_truth"] for a in _read_jsonl(data / "possible_answer" / f"BFCL_v4_multi_turn_{category}.json")}
+    answers = {
+        a["id"]: a["ground_truth"]
+        for a in _read_jsonl(data / "possible_answer" / f"BFCL_v4_multi_turn_{category}.json")
+    }
     entries = []
     for q in questions:
         gt = answers[q["id"]]
         if len(gt) != len(q["question"]):
-            raise ConfigError(f"{q['id']}: {len(q['question'])} user turns but {len(gt)} ground-truth turns")
+            raise ConfigError(
+                f"{q['id']}: {len(q['question'])} user turns but {len(gt)} ground-truth turns"
+            )
         entries.append(
             BFCLEntry(
                 id=q["id"],
@@ -218,4 +231,6 @@ def get_entry(entry_id: str) -> BFCLEntry:
     try:
         return _entry_index()[entry_id]
     except KeyError:
-        raise TaskNotFound(f"unknown BFCL entry id {entry_id!r}; ids look like 'multi_turn_base_0'") from None
+        raise TaskNotFound(
+            f"unknown BFCL entry id {entry_id!r}; ids look like 'multi_turn_base_0'"
+        ) from None

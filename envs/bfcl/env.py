@@ -71,7 +71,11 @@ def _json(results: Sequence[str]) -> str:
 
 
 #: how the results of one step become the observation text
-OBS_FORMATS: dict[str, Callable[[Sequence[str]], str]] = {"plain": _plain, "hermes": _hermes, "json": _json}
+OBS_FORMATS: dict[str, Callable[[Sequence[str]], str]] = {
+    "plain": _plain,
+    "hermes": _hermes,
+    "json": _json,
+}
 
 
 @dataclass
@@ -128,7 +132,9 @@ class BFCLEnv(TraceEnv):
         if isinstance(categories, str):
             categories = (categories,)
         if obs_format not in OBS_FORMATS:
-            raise ConfigError(f"obs_format must be one of {sorted(OBS_FORMATS)}, got {obs_format!r}")
+            raise ConfigError(
+                f"obs_format must be one of {sorted(OBS_FORMATS)}, got {obs_format!r}"
+            )
         if on_malformed not in ("error", "end_turn"):
             raise ConfigError(f"on_malformed must be 'error' or 'end_turn', got {on_malformed!r}")
         if max_steps_per_turn < 1:
@@ -250,7 +256,14 @@ class BFCLEnv(TraceEnv):
         entry = self.current_entry
         turn = p.user_turn
         gt_calls = entry.ground_truth[turn]
-        verdict = score_turn(turn, ground_truth_trace(entry.id), gt_calls, len(p.turn_calls), self._backends, p.all_results)
+        verdict = score_turn(
+            turn,
+            ground_truth_trace(entry.id),
+            gt_calls,
+            len(p.turn_calls),
+            self._backends,
+            p.all_results,
+        )
         if not self.check_irrelevance and not gt_calls:
             verdict = TurnVerdict(turn, True, None, False, verdict.model_steps)
         p.verdicts.append(verdict)

@@ -101,7 +101,9 @@ def _literal(node: ast.expr, what: str) -> Any:
     try:
         return ast.literal_eval(node)
     except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
-        raise ValueError(f"{what} is not a literal value ({ast.unparse(node)}); arguments must be literals") from None
+        raise ValueError(
+            f"{what} is not a literal value ({ast.unparse(node)}); arguments must be literals"
+        ) from None
 
 
 def _func_name(node: ast.expr) -> str:
@@ -126,7 +128,9 @@ def parse_python_calls(text: str) -> list[Call]:
         if not isinstance(el, ast.Call):
             raise ValueError(f"not a function call: {ast.unparse(el)}")
         name = _func_name(el.func)
-        args = tuple(_literal(a, f"positional argument {i} of {name}") for i, a in enumerate(el.args))
+        args = tuple(
+            _literal(a, f"positional argument {i} of {name}") for i, a in enumerate(el.args)
+        )
         kwargs = {}
         for kw in el.keywords:
             if kw.arg is None:
@@ -168,7 +172,13 @@ def _json_sequence(body: str) -> Any:
 def parse_action(text: str) -> ParsedAction:
     """Parse an assistant message into calls (see the module docstring for the syntaxes)."""
     # Llama 3.x: an optional <|python_tag|> before the call, <|eom_id|> after it
-    text = _THINK.sub("", text).strip().removeprefix("<|python_tag|>").removesuffix("<|eom_id|>").strip()
+    text = (
+        _THINK.sub("", text)
+        .strip()
+        .removeprefix("<|python_tag|>")
+        .removesuffix("<|eom_id|>")
+        .strip()
+    )
     if "<tool_call>" in text:
         calls, errors = [], []
         for block in _TOOL_CALL.findall(text):
@@ -180,7 +190,9 @@ def parse_action(text: str) -> ParsedAction:
     body = _unfence(text)
     if body[:1] in "{[" and body:
         obj = _json_sequence(body)
-        if isinstance(obj, dict) or (isinstance(obj, list) and obj and all(isinstance(o, dict) for o in obj)):
+        if isinstance(obj, dict) or (
+            isinstance(obj, list) and obj and all(isinstance(o, dict) for o in obj)
+        ):
             try:
                 return ParsedAction(tuple(_calls_from_json(obj)), (), "json")
             except ValueError as e:

@@ -161,7 +161,9 @@ def score_turn(
     return TurnVerdict(turn, True, None, True, model_steps)
 
 
-def entry_result(verdicts: Sequence[TurnVerdict], num_turns: int, force_terminated: bool = False) -> dict[str, Any]:
+def entry_result(
+    verdicts: Sequence[TurnVerdict], num_turns: int, force_terminated: bool = False
+) -> dict[str, Any]:
     """BFCL's entry-level verdict from per-turn verdicts (``valid``, ``error_type``, ``turn``)."""
     if force_terminated or len(verdicts) != num_turns:
         return {"valid": False, "error_type": FORCE_TERMINATED, "turn": len(verdicts)}

@@ -77,7 +77,8 @@ def format_calls(calls: Sequence[Call], syntax: str, involved: tuple[str, ...]) 
     named = [_named(c, involved) for c in calls]
     if syntax == "hermes":
         return "\n".join(
-            f"<tool_call>\n{json.dumps({'name': c.name, 'arguments': c.kwargs})}\n</tool_call>" for c in named
+            f"<tool_call>\n{json.dumps({'name': c.name, 'arguments': c.kwargs})}\n</tool_call>"
+            for c in named
         )
     if syntax == "json":
         items = [{"name": c.name, "arguments": c.kwargs} for c in named]
@@ -108,7 +109,12 @@ def _calls_made(text: str) -> list[Call]:
     """
     try:
         return parse_python_calls(text)
-    except (SyntaxError, ValueError, RecursionError, MemoryError):  # UnicodeEncodeError is a ValueError
+    except (
+        SyntaxError,
+        ValueError,
+        RecursionError,
+        MemoryError,
+    ):  # UnicodeEncodeError is a ValueError
         return []
 
 
@@ -151,7 +157,11 @@ class ScriptedBFCL:
         return self.next_action(entry, turn, steps, rng)
 
     def next_action(
-        self, entry: BFCLEntry, turn: int, turn_calls: Sequence[Sequence[str]], rng: np.random.Generator
+        self,
+        entry: BFCLEntry,
+        turn: int,
+        turn_calls: Sequence[Sequence[str]],
+        rng: np.random.Generator,
     ) -> str:
         """The next message at user turn `turn`, given the calls made in it so far."""
         if turn >= entry.num_turns:
@@ -160,8 +170,14 @@ class ScriptedBFCL:
         truth = [c for text in entry.ground_truth[turn] for c in parse_python_calls(text)]
         err = rng.random() < self.error_rate
         if not truth:
-            return format_calls([self._stray(entry, turn, rng)], self.syntax, involved) if err else CANNOT_REPLY
-        made = [_key(c, involved) for step in turn_calls for text in step for c in _calls_made(text)]
+            return (
+                format_calls([self._stray(entry, turn, rng)], self.syntax, involved)
+                if err
+                else CANNOT_REPLY
+            )
+        made = [
+            _key(c, involved) for step in turn_calls for text in step for c in _calls_made(text)
+        ]
         done = 0
         for key in made:  # greedy in-order match of the ground truth against the calls made
             if done < len(truth) and key == _key(truth[done], involved):
@@ -193,7 +209,9 @@ class ScriptedBFCL:
         return parse_python_calls(pool[int(rng.integers(len(pool)))])[0]
 
 
-def example_action(entry: BFCLEntry, turn: int, turn_calls: Sequence[Sequence[str]], rng: np.random.Generator) -> str:
+def example_action(
+    entry: BFCLEntry, turn: int, turn_calls: Sequence[Sequence[str]], rng: np.random.Generator
+) -> str:
     """A plausible message for the env's current state (mostly right, in a random syntax)."""
     syntax = SYNTAXES[int(rng.integers(len(SYNTAXES)))]
     return ScriptedBFCL(error_rate=0.2, syntax=syntax).next_action(entry, turn, turn_calls, rng)
@@ -220,7 +238,9 @@ def ground_truth_actions(
     no place for the perturbation.
     """
     involved = entry.involved_classes
-    turns = [[c for text in calls for c in parse_python_calls(text)] for calls in entry.ground_truth]
+    turns = [
+        [c for text in calls for c in parse_python_calls(text)] for calls in entry.ground_truth
+    ]
     if perturbation is not None:
         if perturbation not in PERTURBATIONS:
             raise ConfigError(f"perturbation must be one of {PERTURBATIONS}, got {perturbation!r}")
@@ -239,7 +259,9 @@ def _pick(rng: np.random.Generator, items: Sequence[Any]) -> Any:
     return items[int(rng.integers(len(items)))] if items else None
 
 
-def _perturb_turns(entry: BFCLEntry, turns: list[list[Call]], kind: str, rng: np.random.Generator) -> bool:
+def _perturb_turns(
+    entry: BFCLEntry, turns: list[list[Call]], kind: str, rng: np.random.Generator
+) -> bool:
     """Apply one perturbation in place; False when the entry has no place for it."""
     involved = entry.involved_classes
     places = [(t, i) for t, calls in enumerate(turns) for i in range(len(calls))]
@@ -255,10 +277,14 @@ def _perturb_turns(entry: BFCLEntry, turns: list[list[Call]], kind: str, rng: np
             return False
         named = _named(turns[place[0]][place[1]], involved)
         k = _pick(rng, sorted(named.kwargs))
-        turns[place[0]][place[1]] = Call(named.name, (), {**named.kwargs, k: _perturb(named.kwargs[k])})
+        turns[place[0]][place[1]] = Call(
+            named.name, (), {**named.kwargs, k: _perturb(named.kwargs[k])}
+        )
         return True
     with_calls = [t for t, calls in enumerate(turns) if calls]
-    targets = with_calls if kind == "extra_call" else [t for t, calls in enumerate(turns) if not calls]
+    targets = (
+        with_calls if kind == "extra_call" else [t for t, calls in enumerate(turns) if not calls]
+    )
     t = _pick(rng, targets)
     if t is None:
         return False

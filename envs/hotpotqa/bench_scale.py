@@ -46,7 +46,9 @@ def synthetic_passages(n: int, seed: int = 0, words: int = 60) -> list[Any]:
     rng = np.random.default_rng(seed)
     vocab = _vocabulary(50_000, rng)
     ranks = np.minimum(rng.zipf(1.2, size=(n, words)), len(vocab)) - 1  # (n, words)
-    return [Passage(f"s{i}", " ".join(vocab[r[:3]]), " ".join(vocab[r])) for i, r in enumerate(ranks)]
+    return [
+        Passage(f"s{i}", " ".join(vocab[r[:3]]), " ".join(vocab[r])) for i, r in enumerate(ranks)
+    ]
 
 
 def _bm25_row(n: int, queries: int, seed: int) -> dict[str, Any]:
@@ -62,7 +64,11 @@ def _bm25_row(n: int, queries: int, seed: int) -> dict[str, Any]:
     r.search(qs, 10)
     qps = len(qs) / (time.perf_counter() - t)
     mem = sum(a.nbytes for a in r._bm25.scores.values() if hasattr(a, "nbytes"))
-    return {"bm25_build_s": round(build, 2), "bm25_index_mb": round(mem / 2**20, 1), "bm25_qps": round(qps, 1)}
+    return {
+        "bm25_build_s": round(build, 2),
+        "bm25_index_mb": round(mem / 2**20, 1),
+        "bm25_qps": round(qps, 1),
+    }
 
 
 def _dense_row(n: int, queries: int, seed: int, dim: int) -> dict[str, Any]:
@@ -80,11 +86,22 @@ def _dense_row(n: int, queries: int, seed: int, dim: int) -> dict[str, Any]:
     index.search(q, 10)
     qps = len(q) / (time.perf_counter() - t)
     mem = faiss.serialize_index(index).nbytes
-    return {"hnsw_build_s": round(build, 2), "hnsw_index_mb": round(mem / 2**20, 1), "hnsw_qps": round(qps, 1)}
+    return {
+        "hnsw_build_s": round(build, 2),
+        "hnsw_index_mb": round(mem / 2**20, 1),
+        "hnsw_qps": round(qps, 1),
+    }
 
 
-def scale_sweep(sizes: list[int], *, queries: int = 1000, dense_max: int = 100_000, dim: int = 384,
-                seed: int = 0, skip_dense: bool = False) -> dict[str, Any]:
+def scale_sweep(
+    sizes: list[int],
+    *,
+    queries: int = 1000,
+    dense_max: int = 100_000,
+    dim: int = 384,
+    seed: int = 0,
+    skip_dense: bool = False,
+) -> dict[str, Any]:
     """One row per size: BM25 and (up to `dense_max` vectors) HNSW build time, memory, q/s."""
     rows: dict[str, Any] = {}
     for n in sizes:
@@ -93,10 +110,14 @@ def scale_sweep(sizes: list[int], *, queries: int = 1000, dense_max: int = 100_0
         if skip_dense:
             row["hnsw"] = "skipped (--skip-dense)"
         elif n > dense_max:
-            row["hnsw"] = f"skipped: over --scale-dense-max {dense_max:,} (an HNSW build this size takes too long here)"
+            row["hnsw"] = (
+                f"skipped: over --scale-dense-max {dense_max:,} (an HNSW build this size takes too long here)"
+            )
         else:
             print(f"[scale] {n:,} vectors: HNSW...", file=sys.stderr)
             row.update(_dense_row(n, queries, seed, dim))
         rows[str(n)] = row
-        print(f"[scale] {n:,}: {row}", file=sys.stderr, flush=True)  # a long sweep shows each size as it ends
+        print(
+            f"[scale] {n:,}: {row}", file=sys.stderr, flush=True
+        )  # a long sweep shows each size as it ends
     return {"scale": rows, "scale_queries": queries, "scale_dense_dim": dim}

@@ -42,10 +42,16 @@ class LoadResult:
 
     def summary(self) -> dict[str, Any]:
         lat = np.asarray(self.latencies_ms) if self.latencies_ms else np.zeros(1)
-        return {"requests": self.requests, "errors": self.errors, "error_kinds": self.error_kinds,
-                "seconds": round(self.seconds, 2), "qps": round(self.requests / max(self.seconds, 1e-9), 1),
-                "p50_ms": round(float(np.percentile(lat, 50)), 2), "p99_ms": round(float(np.percentile(lat, 99)), 2),
-                "max_ms": round(float(lat.max()), 2)}
+        return {
+            "requests": self.requests,
+            "errors": self.errors,
+            "error_kinds": self.error_kinds,
+            "seconds": round(self.seconds, 2),
+            "qps": round(self.requests / max(self.seconds, 1e-9), 1),
+            "p50_ms": round(float(np.percentile(lat, 50)), 2),
+            "p99_ms": round(float(np.percentile(lat, 99)), 2),
+            "max_ms": round(float(lat.max()), 2),
+        }
 
     def error(self, kind: str) -> None:
         self.errors += 1
@@ -63,13 +69,22 @@ async def _one(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, req: 
     head = await reader.readuntil(b"\r\n\r\n")
     lines = head.decode("latin-1").split("\r\n")
     status = int(lines[0].split()[1])
-    length = next(int(h.split(":", 1)[1]) for h in lines[1:] if h.lower().startswith("content-length:"))
+    length = next(
+        int(h.split(":", 1)[1]) for h in lines[1:] if h.lower().startswith("content-length:")
+    )
     await reader.readexactly(length)
     return status
 
 
-async def _client(port: int, bodies: list[bytes], start: int, stop_at: float, budget: list[int],
-                  out: LoadResult, timeout: float) -> None:
+async def _client(
+    port: int,
+    bodies: list[bytes],
+    start: int,
+    stop_at: float,
+    budget: list[int],
+    out: LoadResult,
+    timeout: float,
+) -> None:
     conn = None
     i = start
     while time.perf_counter() < stop_at and budget[0] > 0:
@@ -95,21 +110,34 @@ async def _client(port: int, bodies: list[bytes], start: int, stop_at: float, bu
         conn[1].close()
 
 
-async def _load(port: int, bodies: list[bytes], clients: int, seconds: float, max_requests: int,
-                timeout: float) -> LoadResult:
+async def _load(
+    port: int, bodies: list[bytes], clients: int, seconds: float, max_requests: int, timeout: float
+) -> LoadResult:
     out = LoadResult()
     budget = [max_requests]
     t0 = time.perf_counter()
     stop_at = t0 + seconds
-    await asyncio.gather(*(_client(port, bodies, c * 7, stop_at, budget, out, timeout) for c in range(clients)))
+    await asyncio.gather(
+        *(_client(port, bodies, c * 7, stop_at, budget, out, timeout) for c in range(clients))
+    )
     out.seconds = time.perf_counter() - t0
     return out
 
 
-def run_load(port: int, queries: list[str], *, clients: int = 64, seconds: float = 10.0,
-             max_requests: int = 100_000, topk: int = 10, timeout: float = 10.0) -> LoadResult:
+def run_load(
+    port: int,
+    queries: list[str],
+    *,
+    clients: int = 64,
+    seconds: float = 10.0,
+    max_requests: int = 100_000,
+    topk: int = 10,
+    timeout: float = 10.0,
+) -> LoadResult:
     """`clients` keep-alive clients, one query per request, until `seconds` or `max_requests`."""
-    bodies = [json.dumps({"queries": [q], "topk": topk, "return_scores": True}).encode() for q in queries]
+    bodies = [
+        json.dumps({"queries": [q], "topk": topk, "return_scores": True}).encode() for q in queries
+    ]
     try:
         import uvloop
 
@@ -134,7 +162,9 @@ def _serve(kind: str, retriever: Any, conn: Any) -> None:
     server.serve_forever()
 
 
-def _measure(kind: str, retriever: Any, queries: list[str], args: argparse.Namespace) -> dict[str, Any]:
+def _measure(
+    kind: str, retriever: Any, queries: list[str], args: argparse.Namespace
+) -> dict[str, Any]:
     ctx = mp.get_context("fork")  # the child shares the parent's built index
     parent, child = ctx.Pipe()
     proc = ctx.Process(target=_serve, args=(kind, retriever, child), daemon=True)
@@ -143,8 +173,16 @@ def _measure(kind: str, retriever: Any, queries: list[str], args: argparse.Names
         if not parent.poll(60):
             raise RuntimeError(f"the {kind} server did not start")
         port = parent.recv()
-        run_load(port, queries, clients=args.clients, seconds=args.warmup, max_requests=10 * args.clients)
-        res = run_load(port, queries, clients=args.clients, seconds=args.seconds, max_requests=args.max_requests)
+        run_load(
+            port, queries, clients=args.clients, seconds=args.warmup, max_requests=10 * args.clients
+        )
+        res = run_load(
+            port,
+            queries,
+            clients=args.clients,
+            seconds=args.seconds,
+            max_requests=args.max_requests,
+        )
         summary = res.summary()
         if kind == "new":  # how well the micro-batcher gathered queries
             with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=10) as r:
@@ -171,16 +209,24 @@ def _corpus(args: argparse.Namespace) -> tuple[list[Any], list[str]]:
 
 
 def _parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="trace-gym bench retriever-server", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(
+        prog="trace-gym bench retriever-server", description=__doc__.split("\n\n")[0]
+    )
     ap.add_argument("--passages", type=int, default=100_000)
     ap.add_argument("--clients", type=int, default=64)
-    ap.add_argument("--seconds", type=float, default=10.0, help="measured seconds per server (default 10)")
+    ap.add_argument(
+        "--seconds", type=float, default=10.0, help="measured seconds per server (default 10)"
+    )
     ap.add_argument("--warmup", type=float, default=1.0, help="unmeasured seconds per server first")
     ap.add_argument("--max-requests", type=int, default=60_000, help="request cap per server")
-    ap.add_argument("--real", type=Path, default=None, help="HotpotQA sample for the corpus and the queries")
+    ap.add_argument(
+        "--real", type=Path, default=None, help="HotpotQA sample for the corpus and the queries"
+    )
     ap.add_argument("--skip-old", action="store_true", help="measure the new server only")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--json", type=Path, default=None, help="also write the results to this JSON file")
+    ap.add_argument(
+        "--json", type=Path, default=None, help="also write the results to this JSON file"
+    )
     return ap
 
 
@@ -188,8 +234,10 @@ def main(argv: list[str]) -> int:
     """Measure the new and the old retrieval server side by side (see the module docstring)."""
     args = _parser().parse_args(argv)
     if min(args.passages, args.clients, args.max_requests) < 1 or not args.seconds > 0:
-        print("trace-gym bench retriever-server: --passages, --clients, --max-requests and --seconds must be positive",
-              file=sys.stderr)
+        print(
+            "trace-gym bench retriever-server: --passages, --clients, --max-requests and --seconds must be positive",
+            file=sys.stderr,
+        )
         return 2
     from trace_gym.envs.hotpotqa.retrievers import BM25Retriever
 
@@ -199,17 +247,28 @@ def main(argv: list[str]) -> int:
     retriever = BM25Retriever(corpus)
     build_s = time.perf_counter() - t0
     retriever.warm_up()  # before forking: both servers inherit the compiled kernels
-    report: dict[str, Any] = {"passages": len(corpus), "build_s": round(build_s, 2),
-                              "clients": args.clients, "topk": 10, "queries_per_request": 1}
+    report: dict[str, Any] = {
+        "passages": len(corpus),
+        "build_s": round(build_s, 2),
+        "clients": args.clients,
+        "topk": 10,
+        "queries_per_request": 1,
+    }
     for kind in ("new", "old")[: 1 if args.skip_old else 2]:
-        print(f"[retriever-server] {kind} server: {args.clients} clients for {args.seconds:g} s...", file=sys.stderr)
+        print(
+            f"[retriever-server] {kind} server: {args.clients} clients for {args.seconds:g} s...",
+            file=sys.stderr,
+        )
         report[kind] = _measure(kind, retriever, queries, args)
     if "old" in report:
         report["ratio_to_old"] = round(report["new"]["qps"] / max(report["old"]["qps"], 1e-9), 2)
     new = report["new"]
-    report["goals_met"] = {"errors": new["errors"] == GOALS["errors"], "p99_ms": new["p99_ms"] <= GOALS["p99_ms"],
-                           "qps": new["qps"] >= GOALS["qps"],
-                           "ratio_to_old": report.get("ratio_to_old", 0) >= GOALS["ratio_to_old"]}
+    report["goals_met"] = {
+        "errors": new["errors"] == GOALS["errors"],
+        "p99_ms": new["p99_ms"] <= GOALS["p99_ms"],
+        "qps": new["qps"] >= GOALS["qps"],
+        "ratio_to_old": report.get("ratio_to_old", 0) >= GOALS["ratio_to_old"],
+    }
     for k, v in report.items():
         print(f"{k:<20} {json.dumps(v)}")
     if args.json:

@@ -60,9 +60,13 @@ def iter_jsonl(path: str | Path, with_lines: bool = False) -> Iterator[Any]:
                     row = json.loads(line)
                     yield (lineno, row) if with_lines else row
     except (json.JSONDecodeError, RecursionError) as e:
-        raise ConfigError(f"{path}:{lineno} is not valid JSON ({e}); expected one object per line") from e
+        raise ConfigError(
+            f"{path}:{lineno} is not valid JSON ({e}); expected one object per line"
+        ) from e
     except (UnicodeDecodeError, OSError, EOFError) as e:
-        raise ConfigError(f"{path}:{lineno + 1} cannot be read as UTF-8 text ({type(e).__name__}: {e})") from e
+        raise ConfigError(
+            f"{path}:{lineno + 1} cannot be read as UTF-8 text ({type(e).__name__}: {e})"
+        ) from e
 
 
 def _rows(path: Path) -> Iterator[tuple[str, Any]]:
@@ -71,7 +75,9 @@ def _rows(path: Path) -> Iterator[tuple[str, Any]]:
         try:
             import pyarrow.parquet as pq
         except ImportError as e:
-            raise DependencyNotInstalled("pyarrow (to read parquet)", 'pip install "trace-gym[dev]" or pip install pyarrow') from e
+            raise DependencyNotInstalled(
+                "pyarrow (to read parquet)", 'pip install "trace-gym[dev]" or pip install pyarrow'
+            ) from e
         try:
             table = pq.read_table(path)
         except Exception as e:  # pyarrow raises its own ArrowInvalid / OSError family
@@ -93,7 +99,9 @@ def _rows(path: Path) -> Iterator[tuple[str, Any]]:
     except (UnicodeDecodeError, OSError, EOFError, RecursionError) as e:
         raise ConfigError(f"{path} cannot be read as UTF-8 JSON ({type(e).__name__}: {e})") from e
     except json.JSONDecodeError as e:
-        raise ConfigError(f"{path} is not valid JSON ({e}); expected a list of HotpotQA records") from e
+        raise ConfigError(
+            f"{path} is not valid JSON ({e}); expected a list of HotpotQA records"
+        ) from e
     for i, r in enumerate(iter_jsonl(path, with_lines=True)):
         yield f"line {r[0]} (record {i + 1})", r[1]
 
@@ -114,7 +122,9 @@ def load_hotpotqa(path: str | Path, limit: int | None = None) -> list[QATask]:
     """Load HotpotQA questions in any supported layout from JSON, JSON Lines (.gz ok) or parquet."""
     path = Path(path)
     if not path.exists():
-        raise ConfigError(f"HotpotQA file {path} does not exist; pass the path of hotpot_dev_distractor_v1.json or similar")
+        raise ConfigError(
+            f"HotpotQA file {path} does not exist; pass the path of hotpot_dev_distractor_v1.json or similar"
+        )
     tasks = []
     for where, r in _rows(path):
         tasks.append(_task(path, where, r))
@@ -143,8 +153,10 @@ def load_wiki18(path: str | Path, limit: int | None = None) -> list[Passage]:
     for r in iter_jsonl(path):
         if not isinstance(r, dict) or "contents" not in r:
             keys = sorted(r) if isinstance(r, dict) else type(r).__name__
-            raise ConfigError(f"{path}: row {len(out) + 1} has no 'contents' (keys present: {keys}); "
-                              "expected {'id', 'contents'} rows")
+            raise ConfigError(
+                f"{path}: row {len(out) + 1} has no 'contents' (keys present: {keys}); "
+                "expected {'id', 'contents'} rows"
+            )
         out.append(passage_from_contents(str(r.get("id", len(out))), str(r["contents"])))
         if limit is not None and len(out) >= limit:
             break

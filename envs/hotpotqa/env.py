@@ -118,7 +118,8 @@ def _load_dataset(cfg: HotpotQAConfig) -> tuple[list[QATask], list[Passage] | No
         if not any(t.context for t in tasks):
             raise ConfigError(
                 f"{cfg.dataset} has no context paragraphs (FlashRAG / Search-R1 files carry only question and "
-                "golden_answers); pass corpus=<wiki-18 JSONL> or retriever=<index directory or server URL>")
+                "golden_answers); pass corpus=<wiki-18 JSONL> or retriever=<index directory or server URL>"
+            )
         passages = _shared(("ctx", cfg.dataset), lambda: context_passages(tasks))
     return tasks, passages
 
@@ -146,16 +147,27 @@ class HotpotQAEnv(TraceEnv):
         if cfg.limit is not None:
             tasks = tasks[: cfg.limit]
         if not tasks:
-            raise ConfigError(f"no questions left in {cfg.dataset} after split={cfg.split!r}, limit={cfg.limit}")
+            raise ConfigError(
+                f"no questions left in {cfg.dataset} after split={cfg.split!r}, limit={cfg.limit}"
+            )
         self.tasks = tasks
         self._ids = [t.id for t in tasks]
         opts = dict(cfg.retriever_options)
         if isinstance(cfg.retriever, Retriever):
             self.retriever: Retriever = cfg.retriever
         else:
-            key = ("retriever", cfg.retriever, cfg.dataset, cfg.corpus, cfg.cache_dir, repr(sorted(opts.items())))
+            key = (
+                "retriever",
+                cfg.retriever,
+                cfg.dataset,
+                cfg.corpus,
+                cfg.cache_dir,
+                repr(sorted(opts.items())),
+            )
             self.retriever = _shared(
-                key, lambda: open_retriever(cfg.retriever, passages, cache_dir=cfg.cache_dir, **opts))
+                key,
+                lambda: open_retriever(cfg.retriever, passages, cache_dir=cfg.cache_dir, **opts),
+            )
         digest = hashlib.sha1("\n".join(self._ids).encode()).hexdigest()[:10]
         name = "bundled" if cfg.dataset == "bundled" else Path(cfg.dataset).name
         if passages is not None and cfg.corpus is not None:
@@ -187,8 +199,12 @@ class HotpotQAEnv(TraceEnv):
         self._history = []
         self._invalid = 0
         task = self.tasks[task_index]
-        info = {"question": task.question, "type": task.type, "topk": self.config.topk,
-                "retriever": self.retriever.describe()}
+        info = {
+            "question": task.question,
+            "type": task.type,
+            "topk": self.config.topk,
+            "retriever": self.retriever.describe(),
+        }
         return protocol.make_prompt(task.question), info
 
     def _step(self, action: str) -> Transition:
@@ -212,20 +228,45 @@ class HotpotQAEnv(TraceEnv):
             hits = self.retriever.search([query], self.config.topk)[0]
         except Exception as e:  # a failing backend (server down) is an observation, not a crash
             msg = f"{type(e).__name__}: {e}"
-            return (f"\n\n<information>Search failed: {msg[:300]}</information>\n\n",
-                    {"action": "search", "query": query, "error": "retrieval_failed", "detail": msg[:500]})
-        self._history.append({"query": query, "ids": [h.passage.id for h in hits],
-                              "titles": [h.passage.title for h in hits]})
-        info = {"action": "search", "query": query,
-                "retrieved": [{"id": h.passage.id, "title": h.passage.title, "score": h.score} for h in hits]}
+            return (
+                f"\n\n<information>Search failed: {msg[:300]}</information>\n\n",
+                {
+                    "action": "search",
+                    "query": query,
+                    "error": "retrieval_failed",
+                    "detail": msg[:500],
+                },
+            )
+        self._history.append(
+            {
+                "query": query,
+                "ids": [h.passage.id for h in hits],
+                "titles": [h.passage.title for h in hits],
+            }
+        )
+        info = {
+            "action": "search",
+            "query": query,
+            "retrieved": [
+                {"id": h.passage.id, "title": h.passage.title, "score": h.score} for h in hits
+            ],
+        }
         return protocol.format_information(hits), info
 
     def _answer(self, answer: str) -> Transition:
         task = self.tasks[self._task_index]  # type: ignore[index]
         # several gold answers (FlashRAG's golden_answers): the best-scoring one counts
-        scores = max((score_answer(answer, g) for g in task.answers), key=lambda s: (s["em"], s["f1"]))
-        info = {"action": "answer", "answer": answer, "gold_answer": task.answer, **scores,
-                "num_searches": len(self._history), **self._episode_report()}
+        scores = max(
+            (score_answer(answer, g) for g in task.answers), key=lambda s: (s["em"], s["f1"])
+        )
+        info = {
+            "action": "answer",
+            "answer": answer,
+            "gold_answer": task.answer,
+            **scores,
+            "num_searches": len(self._history),
+            **self._episode_report(),
+        }
         obs = f"\nYour answer: {answer}\n"
         return Transition(obs, scores["em"], True, info)
 
@@ -233,16 +274,22 @@ class HotpotQAEnv(TraceEnv):
         task = self.tasks[self._task_index]  # type: ignore[index]
         gold = task.supporting_titles
         seen = {t for h in self._history for t in h["titles"]}
-        return {"retrieval_trace": self.history, "supporting_titles": list(gold),
-                "supporting_recall": (sum(t in seen for t in gold) / len(gold)) if gold else None,
-                "invalid_turns": self._invalid}
+        return {
+            "retrieval_trace": self.history,
+            "supporting_titles": list(gold),
+            "supporting_recall": (sum(t in seen for t in gold) / len(gold)) if gold else None,
+            "invalid_turns": self._invalid,
+        }
 
     def _get_state(self) -> Any:
         hist = tuple((h["query"], tuple(h["ids"]), tuple(h["titles"])) for h in self._history)
         return {"history": hist, "invalid": self._invalid}
 
     def _set_state(self, payload: Any) -> None:
-        self._history = [{"query": q, "ids": list(ids), "titles": list(titles)} for q, ids, titles in payload["history"]]
+        self._history = [
+            {"query": q, "ids": list(ids), "titles": list(titles)}
+            for q, ids, titles in payload["history"]
+        ]
         self._invalid = int(payload["invalid"])
 
     # ----------------------------------------------------------------- demo / checker
@@ -261,4 +308,6 @@ class HotpotQAEnv(TraceEnv):
             pick = rng.choice(len(words), size=min(4, len(words)), replace=False)
             return f"<think>Let me look this up.</think>\n<search>{' '.join(words[int(i)] for i in sorted(pick))}</search>"
         observations = [seg for seg in self._transcript[2::2]]
-        return scripted.next_action(task.question, [o.removeprefix("[env]\n") for o in observations])
+        return scripted.next_action(
+            task.question, [o.removeprefix("[env]\n") for o in observations]
+        )

@@ -37,7 +37,9 @@ class RecordError(ValueError):
 
 def _is_seq(x: Any) -> bool:
     # parquet rows come back as lists; numpy arrays appear when read through pandas
-    return isinstance(x, Sequence) and not isinstance(x, (str, bytes)) or type(x).__name__ == "ndarray"
+    return (
+        isinstance(x, Sequence) and not isinstance(x, (str, bytes)) or type(x).__name__ == "ndarray"
+    )
 
 
 def detect_layout(r: Mapping[str, Any]) -> str:
@@ -55,12 +57,20 @@ def detect_layout(r: Mapping[str, Any]) -> str:
 
 def _facts_original(rows: Any) -> tuple[tuple[str, int], ...]:
     if not _is_seq(rows):
-        raise RecordError("supporting_facts", f"expected a list of [title, sent_id] rows, got {type(rows).__name__}")
+        raise RecordError(
+            "supporting_facts",
+            f"expected a list of [title, sent_id] rows, got {type(rows).__name__}",
+        )
     out: list[tuple[str, int]] = []
     for j, row in enumerate(rows):
         if not _is_seq(row) or len(row) < 2 or not isinstance(row[0], str):
-            raise RecordError("supporting_facts", f"row {j} is not [title, sent_id] or [title, [sent_ids], ...]: {row!r:.80}")
-        ids = row[1] if _is_seq(row[1]) else [row[1]]  # the [title, [sent_ids], [sentences], doc] variant
+            raise RecordError(
+                "supporting_facts",
+                f"row {j} is not [title, sent_id] or [title, [sent_ids], ...]: {row!r:.80}",
+            )
+        ids = (
+            row[1] if _is_seq(row[1]) else [row[1]]
+        )  # the [title, [sent_ids], [sentences], doc] variant
         for i in ids:
             out.append((row[0], _int(i, "supporting_facts", j)))
     return tuple(out)
@@ -76,7 +86,9 @@ def _int(x: Any, field: str, j: int) -> int:
 
 def _context_original(rows: Any) -> tuple[tuple[str, tuple[str, ...]], ...]:
     if not _is_seq(rows):
-        raise RecordError("context", f"expected a list of [title, [sentences]] rows, got {type(rows).__name__}")
+        raise RecordError(
+            "context", f"expected a list of [title, [sentences]] rows, got {type(rows).__name__}"
+        )
     out = []
     for j, row in enumerate(rows):
         if not _is_seq(row) or len(row) != 2 or not isinstance(row[0], str) or not _is_seq(row[1]):
@@ -95,13 +107,24 @@ def _columns(d: Any, field: str, a: str, b: str) -> list[tuple[Any, Any]]:
 
 
 def _hf_fields(r: Mapping[str, Any]) -> dict[str, Any]:
-    facts = _columns(r.get("supporting_facts", {"title": [], "sent_id": []}), "supporting_facts", "title", "sent_id")
-    ctx = _columns(r.get("context", {"title": [], "sentences": []}), "context", "title", "sentences")
+    facts = _columns(
+        r.get("supporting_facts", {"title": [], "sent_id": []}),
+        "supporting_facts",
+        "title",
+        "sent_id",
+    )
+    ctx = _columns(
+        r.get("context", {"title": [], "sentences": []}), "context", "title", "sentences"
+    )
     for j, (_, sents) in enumerate(ctx):
         if not _is_seq(sents):
             raise RecordError("context", f"sentences[{j}] is not a list of strings")
-    return {"supporting_facts": tuple((str(t), _int(i, "supporting_facts", j)) for j, (t, i) in enumerate(facts)),
-            "context": tuple((str(t), tuple(str(s) for s in sents)) for t, sents in ctx)}
+    return {
+        "supporting_facts": tuple(
+            (str(t), _int(i, "supporting_facts", j)) for j, (t, i) in enumerate(facts)
+        ),
+        "context": tuple((str(t), tuple(str(s) for s in sents)) for t, sents in ctx),
+    }
 
 
 def _golden(r: Mapping[str, Any]) -> tuple[str, tuple[str, ...]]:
@@ -123,8 +146,12 @@ def record_to_task(r: Any, layout: str | None = None):
     if layout == "flashrag":
         answer, aliases = _golden(r)
         meta = r.get("metadata") if isinstance(r.get("metadata"), Mapping) else {}
-        extra: dict[str, Any] = {"answer": answer, "aliases": aliases,
-                                 "type": str(meta.get("type", "")), "level": str(meta.get("level", ""))}
+        extra: dict[str, Any] = {
+            "answer": answer,
+            "aliases": aliases,
+            "type": str(meta.get("type", "")),
+            "level": str(meta.get("level", "")),
+        }
     else:
         answer = r.get("answer", "")  # the test sets have no answers
         if not isinstance(answer, str):
@@ -132,8 +159,12 @@ def record_to_task(r: Any, layout: str | None = None):
         aliases = r.get("answer_aliases", ())
         if not _is_seq(aliases) or not all(isinstance(a, str) for a in aliases):
             raise RecordError("answer_aliases", "expected a list of strings")
-        extra = {"answer": answer, "aliases": tuple(aliases), "type": str(r.get("type", "")),
-                 "level": str(r.get("level", ""))}
+        extra = {
+            "answer": answer,
+            "aliases": tuple(aliases),
+            "type": str(r.get("type", "")),
+            "level": str(r.get("level", "")),
+        }
         if layout == "hf":
             extra.update(_hf_fields(r))
         else:
@@ -141,5 +172,7 @@ def record_to_task(r: Any, layout: str | None = None):
             extra["context"] = _context_original(r.get("context", []))
     rid = r.get("_id", r.get("id"))
     if rid is None or isinstance(rid, (dict, list)):
-        raise RecordError("_id" if layout == "original" else "id", f"missing or not a scalar: {rid!r:.40}")
+        raise RecordError(
+            "_id" if layout == "original" else "id", f"missing or not a scalar: {rid!r:.40}"
+        )
     return QATask(id=str(rid), question=r["question"], template=str(r.get("template", "")), **extra)

@@ -50,7 +50,9 @@ def _prepare_jvm() -> None:
     def configure_classpath(anserini_root: str = ".") -> None:
         original(anserini_root)
         if not jnius_config.vm_running:
-            jnius_config.set_options(*[o for o in jnius_config.get_options() if "jdk.incubator.vector" not in o])
+            jnius_config.set_options(
+                *[o for o in jnius_config.get_options() if "jdk.incubator.vector" not in o]
+            )
 
     configure_classpath._trace_gym = True  # type: ignore[attr-defined]
     setup.configure_classpath = configure_classpath
@@ -64,8 +66,9 @@ def _lucene():
     except ImportError as e:
         raise DependencyNotInstalled("pyserini", _INSTALL) from e
     except Exception as e:  # a JVM that cannot load Anserini's classes
-        raise DependencyNotInstalled(f"a Java 21+ runtime for pyserini ({type(e).__name__}: {str(e)[:200]})",
-                                     _INSTALL) from e
+        raise DependencyNotInstalled(
+            f"a Java 21+ runtime for pyserini ({type(e).__name__}: {str(e)[:200]})", _INSTALL
+        ) from e
     return LuceneIndexer, LuceneSearcher
 
 
@@ -83,8 +86,17 @@ class PyseriniRetriever(Retriever):
 
     kind = "pyserini"
 
-    def __init__(self, passages: Sequence[Passage], *, index_dir: str | Path | None = None,
-                 k1: float = 0.9, b: float = 0.4, threads: int = 1, _built: bool = False, **_: Any):
+    def __init__(
+        self,
+        passages: Sequence[Passage],
+        *,
+        index_dir: str | Path | None = None,
+        k1: float = 0.9,
+        b: float = 0.4,
+        threads: int = 1,
+        _built: bool = False,
+        **_: Any,
+    ):
         super().__init__(passages)
         indexer_cls, searcher_cls = _lucene()
         self.k1, self.b, self.threads = float(k1), float(b), int(threads)
@@ -98,8 +110,12 @@ class PyseriniRetriever(Retriever):
             # zero-padded ids: Anserini orders tied scores by docid as a string, so padding makes
             # that corpus order, the order bm25s's retriever breaks ties in
             width = len(str(max(len(self.passages) - 1, 0)))
-            indexer.add_batch_dict([{"id": f"{i:0{width}d}", "contents": p.contents}
-                                    for i, p in enumerate(self.passages)])
+            indexer.add_batch_dict(
+                [
+                    {"id": f"{i:0{width}d}", "contents": p.contents}
+                    for i, p in enumerate(self.passages)
+                ]
+            )
             indexer.close()
         self._searcher = searcher_cls(str(self.index_dir))
         self._searcher.set_bm25(self.k1, self.b)
@@ -113,8 +129,10 @@ class PyseriniRetriever(Retriever):
         k = _clamp_k(k, len(self.passages))
         qids = [str(i) for i in range(len(queries))]
         results = self._searcher.batch_search(list(queries), qids, k=k, threads=self.threads)
-        return [[Hit(self.passages[int(h.docid)], round(float(h.score), 6)) for h in results.get(q, [])]
-                for q in qids]
+        return [
+            [Hit(self.passages[int(h.docid)], round(float(h.score), 6)) for h in results.get(q, [])]
+            for q in qids
+        ]
 
     def _save_index(self, path: Path) -> None:
         import shutil
@@ -124,9 +142,16 @@ class PyseriniRetriever(Retriever):
             shutil.copytree(self.index_dir, target, dirs_exist_ok=True)
 
     @classmethod
-    def _load_index(cls, path: Path, passages: list[Passage], params: dict[str, Any]) -> PyseriniRetriever:
-        return cls(passages, index_dir=path / "lucene", k1=params.get("k1", 0.9), b=params.get("b", 0.4),
-                   _built=True)
+    def _load_index(
+        cls, path: Path, passages: list[Passage], params: dict[str, Any]
+    ) -> PyseriniRetriever:
+        return cls(
+            passages,
+            index_dir=path / "lucene",
+            k1=params.get("k1", 0.9),
+            b=params.get("b", 0.4),
+            _built=True,
+        )
 
     def close(self) -> None:
         self._searcher = None

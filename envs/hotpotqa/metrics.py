@@ -57,5 +57,9 @@ def f1_score(prediction: str, gold: str) -> AnswerScore:
 def score_answer(prediction: str, gold: str) -> dict[str, float]:
     """EM and F1 as a JSON-friendly dict (what the env puts in info)."""
     f1 = f1_score(prediction, gold)
-    return {"em": float(exact_match(prediction, gold)), "f1": round(f1.f1, 6),
-            "precision": round(f1.precision, 6), "recall": round(f1.recall, 6)}
+    return {
+        "em": float(exact_match(prediction, gold)),
+        "f1": round(f1.f1, 6),
+        "precision": round(f1.precision, 6),
+        "recall": round(f1.recall, 6),
+    }

@@ -19,7 +19,14 @@ from typing import NamedTuple
 
 from trace_gym.envs.hotpotqa.retrievers import Hit
 
-__all__ = ["Action", "PROMPT_TEMPLATE", "format_information", "invalid_observation", "make_prompt", "parse_action"]
+__all__ = [
+    "Action",
+    "PROMPT_TEMPLATE",
+    "format_information",
+    "invalid_observation",
+    "make_prompt",
+    "parse_action",
+]
 
 #: Search-R1's instruction prompt (its `make_prefix` for instruct models)
 PROMPT_TEMPLATE = (
@@ -33,9 +40,11 @@ PROMPT_TEMPLATE = (
 
 _THINK = re.compile(r"<think>.*?(</think>|$)", re.S | re.I)
 _TAG = re.compile(r"<(/?)(search|answer)>", re.I)
-_HINT = ("My previous action is invalid. If I want to search, I should put the query between <search> and "
-         "</search>. If I want to give the final answer, I should put the answer between <answer> and </answer>. "
-         "Let me try again.")
+_HINT = (
+    "My previous action is invalid. If I want to search, I should put the query between <search> and "
+    "</search>. If I want to give the final answer, I should put the answer between <answer> and </answer>. "
+    "Let me try again."
+)
 
 
 class Action(NamedTuple):
@@ -63,7 +72,9 @@ def _blocks(body: str) -> tuple[list[tuple[str, str]], list[tuple[bool, str]]]:
     opening tag without a later closing tag of its kind is skipped), but that regex
     rescans the rest of the text from every unclosed opening tag: quadratic time.
     """
-    tags = [(m.start(), m.end(), m.group(1) == "/", m.group(2).lower()) for m in _TAG.finditer(body)]
+    tags = [
+        (m.start(), m.end(), m.group(1) == "/", m.group(2).lower()) for m in _TAG.finditer(body)
+    ]
     # next_close[i]: index of the first closing tag of tags[i]'s kind after i (one backward pass)
     next_close: list[int | None] = [None] * len(tags)
     upcoming: dict[str, int | None] = {"search": None, "answer": None}
@@ -76,7 +87,7 @@ def _blocks(body: str) -> tuple[list[tuple[str, str]], list[tuple[bool, str]]]:
         j = next_close[i]
         if closing or start < cursor or j is None:
             continue
-        blocks.append((kind, body[end:tags[j][0]].strip()))
+        blocks.append((kind, body[end : tags[j][0]].strip()))
         cursor = tags[j][1]
     return blocks, [(closing, kind) for _, _, closing, kind in tags]
 
@@ -91,25 +102,47 @@ def parse_action(text: str, max_query_chars: int = 512) -> Action:
     blocks, tags = _blocks(body)
     kinds = {k for k, _ in blocks}
     if len(kinds) > 1:
-        return Action("invalid", error="both_tags",
-                      detail="The turn holds both <search> and <answer>; send one action per turn.")
+        return Action(
+            "invalid",
+            error="both_tags",
+            detail="The turn holds both <search> and <answer>; send one action per turn.",
+        )
     if not blocks:
         opened = next((kind for closing, kind in tags if not closing), None)
         if opened:
-            return Action("invalid", error="unclosed_tag", detail=f"The <{opened}> tag is not closed; end it with </{opened}>.")
+            return Action(
+                "invalid",
+                error="unclosed_tag",
+                detail=f"The <{opened}> tag is not closed; end it with </{opened}>.",
+            )
         if tags:
-            return Action("invalid", error="unopened_tag", detail="A closing tag has no matching opening tag.")
-        return Action("invalid", error="no_action", detail="The turn holds no <search> or <answer> block.")
+            return Action(
+                "invalid", error="unopened_tag", detail="A closing tag has no matching opening tag."
+            )
+        return Action(
+            "invalid", error="no_action", detail="The turn holds no <search> or <answer> block."
+        )
     kind, content = blocks[0]
     if kind == "search":
         if not content:
-            return Action("invalid", error="empty_query", detail="The search query is empty; put words between the tags.")
+            return Action(
+                "invalid",
+                error="empty_query",
+                detail="The search query is empty; put words between the tags.",
+            )
         if len(content) > max_query_chars:
-            return Action("invalid", error="query_too_long",
-                          detail=f"The search query has {len(content)} characters; keep it under {max_query_chars}.")
+            return Action(
+                "invalid",
+                error="query_too_long",
+                detail=f"The search query has {len(content)} characters; keep it under {max_query_chars}.",
+            )
         return Action("search", " ".join(content.split()))
     if not content:
-        return Action("invalid", error="empty_answer", detail="The answer is empty; put the answer between the tags.")
+        return Action(
+            "invalid",
+            error="empty_answer",
+            detail="The answer is empty; put the answer between the tags.",
+        )
     return Action("answer", content)
 
 

@@ -43,14 +43,20 @@ class RemoteRetriever(Retriever):
     def search(self, queries: Sequence[str], k: int = 3) -> list[list[Hit]]:
         if not queries:
             return []
-        body = json.dumps({"queries": list(queries), "topk": int(k), "return_scores": True}).encode()
-        req = urllib.request.Request(self.url, data=body, headers={"Content-Type": "application/json"})
+        body = json.dumps(
+            {"queries": list(queries), "topk": int(k), "return_scores": True}
+        ).encode()
+        req = urllib.request.Request(
+            self.url, data=body, headers={"Content-Type": "application/json"}
+        )
         try:
             with urllib.request.urlopen(req, timeout=self.timeout) as resp:
                 payload = json.loads(resp.read())
         except urllib.error.HTTPError as e:
             detail = e.read().decode(errors="replace")[:300]
-            raise RetrievalServerError(f"retrieval server {self.url} answered {e.code}: {detail}") from e
+            raise RetrievalServerError(
+                f"retrieval server {self.url} answered {e.code}: {detail}"
+            ) from e
         except (urllib.error.URLError, TimeoutError, OSError) as e:
             raise RetrievalServerError(
                 f"cannot reach the retrieval server at {self.url} ({e}); start one with "
@@ -58,13 +64,20 @@ class RemoteRetriever(Retriever):
             ) from e
         results = payload.get("result")
         if not isinstance(results, list) or len(results) != len(queries):
-            raise RetrievalServerError(f"malformed response from {self.url}: expected {len(queries)} result lists")
+            raise RetrievalServerError(
+                f"malformed response from {self.url}: expected {len(queries)} result lists"
+            )
         return [[_hit(item) for item in row] for row in results]
 
     def save(self, path: str | Path) -> Path:
-        raise ConfigError("a remote retriever has no local index to save; save it on the server side")
+        raise ConfigError(
+            "a remote retriever has no local index to save; save it on the server side"
+        )
 
 
 def _hit(item: dict[str, Any]) -> Hit:
     doc, score = (item["document"], item.get("score", 0.0)) if "document" in item else (item, 0.0)
-    return Hit(passage_from_contents(str(doc.get("id", "")), str(doc.get("contents", ""))), round(float(score), 6))
+    return Hit(
+        passage_from_contents(str(doc.get("id", "")), str(doc.get("contents", ""))),
+        round(float(score), 6),
+    )

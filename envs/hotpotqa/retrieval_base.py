@@ -62,8 +62,13 @@ class Retriever:
             for p in self.passages:
                 f.write(json.dumps(p.to_row(), ensure_ascii=False) + "\n")
         self._save_index(path)
-        meta = {"format": INDEX_FORMAT, "kind": self.kind, "params": self.params(),
-                "num_passages": len(self.passages), "fingerprint": corpus_fingerprint(self.passages)}
+        meta = {
+            "format": INDEX_FORMAT,
+            "kind": self.kind,
+            "params": self.params(),
+            "num_passages": len(self.passages),
+            "fingerprint": corpus_fingerprint(self.passages),
+        }
         (path / "meta.json").write_text(json.dumps(meta, indent=2))
         return path
 
@@ -92,7 +97,9 @@ def _hits(passages: Sequence[Passage], docs: np.ndarray, scores: np.ndarray) -> 
     # and single (numpy) searches, and the server, return the same order.
     out = []
     for drow, srow in zip(docs, scores, strict=True):
-        row = sorted(((round(float(s), 5), int(d)) for d, s in zip(drow, srow, strict=True) if d >= 0),
-                     key=lambda x: (-x[0], x[1]))
+        row = sorted(
+            ((round(float(s), 5), int(d)) for d, s in zip(drow, srow, strict=True) if d >= 0),
+            key=lambda x: (-x[0], x[1]),
+        )
         out.append([Hit(passages[d], s) for s, d in row])
     return out

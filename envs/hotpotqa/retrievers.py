@@ -48,15 +48,25 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+
+
 # --------------------------------------------------------------------------- BM25
 class BM25Retriever(Retriever):
     """BM25 with bm25s: sparse index; numpy scoring, numba kernels for large batches."""
 
     kind = "bm25"
 
-    def __init__(self, passages: Sequence[Passage], *, k1: float = 0.9, b: float = 0.4,
-                 stemmer: str | None = "english", show_progress: bool = False, _index: Any = None,
-                 _tokenizer: Any = None):
+    def __init__(
+        self,
+        passages: Sequence[Passage],
+        *,
+        k1: float = 0.9,
+        b: float = 0.4,
+        stemmer: str | None = "english",
+        show_progress: bool = False,
+        _index: Any = None,
+        _tokenizer: Any = None,
+    ):
         super().__init__(passages)
         import bm25s
         from bm25s.tokenization import Tokenizer
@@ -71,8 +81,12 @@ class BM25Retriever(Retriever):
             self._fast = _numba_view(self._bm25)
             return
         self._tok = Tokenizer(stemmer=_stemmer(self.stemmer), stopwords="en")
-        ids = self._tok.tokenize([p.contents for p in self.passages], update_vocab=True, return_as="ids",
-                                 show_progress=show_progress)
+        ids = self._tok.tokenize(
+            [p.contents for p in self.passages],
+            update_vocab=True,
+            return_as="ids",
+            show_progress=show_progress,
+        )
         # k1/b defaults follow pyserini's BM25 (0.9/0.4), so the two backends agree
         self._bm25 = bm25s.BM25(k1=self.k1, b=self.b, method="lucene")
         self._bm25.index(ids, show_progress=show_progress)
@@ -87,7 +101,9 @@ class BM25Retriever(Retriever):
             return []
         k = _clamp_k(k, len(self.passages))
         with self._lock:
-            ids = self._tok.tokenize(list(queries), update_vocab=False, return_as="ids", show_progress=False)
+            ids = self._tok.tokenize(
+                list(queries), update_vocab=False, return_as="ids", show_progress=False
+            )
         use_fast = self._fast is not None and (self._warm or len(queries) >= NUMBA_MIN_BATCH)
         engine = self._fast if use_fast else self._bm25
         # numpy and numba break ties differently, so ties are ordered by corpus position: fetch a
@@ -98,7 +114,9 @@ class BM25Retriever(Retriever):
         out = _hits(self.passages, docs, scores)
         for i, hits in enumerate(out):
             if wide < n and hits[-1].score >= hits[k - 1].score:
-                full = np.round(self._bm25.get_scores_from_ids(ids[i]).astype(np.float64), 5)  # (n,)
+                full = np.round(
+                    self._bm25.get_scores_from_ids(ids[i]).astype(np.float64), 5
+                )  # (n,)
                 top = np.lexsort((np.arange(n), -full))[:k]
                 out[i] = [Hit(self.passages[int(d)], float(full[d])) for d in top]
             else:
@@ -117,18 +135,28 @@ class BM25Retriever(Retriever):
         self._tok.save_vocab(str(path / "bm25"))
 
     @classmethod
-    def _load_index(cls, path: Path, passages: list[Passage], params: dict[str, Any]) -> BM25Retriever:
+    def _load_index(
+        cls, path: Path, passages: list[Passage], params: dict[str, Any]
+    ) -> BM25Retriever:
         import bm25s
         from bm25s.tokenization import Tokenizer
 
         stemmer = params.get("stemmer")
         if stemmer and _stemmer(stemmer) is None:
-            raise DependencyNotInstalled("PyStemmer (this BM25 index was built with stemming)", "pip install PyStemmer")
+            raise DependencyNotInstalled(
+                "PyStemmer (this BM25 index was built with stemming)", "pip install PyStemmer"
+            )
         tok = Tokenizer(stemmer=_stemmer(stemmer), stopwords="en")
         tok.load_vocab(str(path / "bm25"))
         index = bm25s.BM25.load(str(path / "bm25"), show_progress=False)
-        return cls(passages, k1=params.get("k1", 0.9), b=params.get("b", 0.4), stemmer=stemmer,
-                   _index=index, _tokenizer=tok)
+        return cls(
+            passages,
+            k1=params.get("k1", 0.9),
+            b=params.get("b", 0.4),
+            stemmer=stemmer,
+            _index=index,
+            _tokenizer=tok,
+        )
 
 
 #: batches at least this large go through numba (single queries stay on numpy: no JIT delay)
@@ -157,7 +185,9 @@ def _stemmer(name: str | None) -> Callable[[str], str] | None:
     try:
         import Stemmer
     except ImportError:
-        log.warning("PyStemmer is not installed: BM25 runs without stemming (pip install PyStemmer)")
+        log.warning(
+            "PyStemmer is not installed: BM25 runs without stemming (pip install PyStemmer)"
+        )
         return None
     return Stemmer.Stemmer(name).stemWord
 
@@ -213,10 +243,14 @@ def load_retriever(path: str | Path) -> Retriever:
     path = Path(path)
     meta_path = path / "meta.json"
     if not meta_path.exists():
-        raise ConfigError(f"{path} is not a trace-gym index (no meta.json); build one with `trace-gym corpus build`")
+        raise ConfigError(
+            f"{path} is not a trace-gym index (no meta.json); build one with `trace-gym corpus build`"
+        )
     meta = json.loads(meta_path.read_text())
     if meta.get("format") != INDEX_FORMAT:
-        raise ConfigError(f"{path}: index format {meta.get('format')} is not supported (expected {INDEX_FORMAT}); rebuild it")
+        raise ConfigError(
+            f"{path}: index format {meta.get('format')} is not supported (expected {INDEX_FORMAT}); rebuild it"
+        )
     passages = load_wiki18(path / "passages.jsonl")
     return _loader(meta["kind"])(path, passages, meta.get("params", {}))
 
@@ -224,12 +258,18 @@ def load_retriever(path: str | Path) -> Retriever:
 def default_cache_dir() -> Path:
     """Where lazily built indexes are cached: $TRACE_GYM_CACHE or ~/.cache/trace-gym."""
     root = os.environ.get("TRACE_GYM_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "trace-gym")
+        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"),
+        "trace-gym",
+    )
     return Path(root) / "hotpotqa"
 
 
-def _cached(kind: str, passages: Sequence[Passage], cache_dir: Path | None, options: dict[str, Any]) -> Retriever:
-    tag = "-".join(f"{k}={v}" for k, v in sorted(options.items()) if isinstance(v, (str, int, float)))
+def _cached(
+    kind: str, passages: Sequence[Passage], cache_dir: Path | None, options: dict[str, Any]
+) -> Retriever:
+    tag = "-".join(
+        f"{k}={v}" for k, v in sorted(options.items()) if isinstance(v, (str, int, float))
+    )
     key = f"{kind}-{corpus_fingerprint(passages)}"
     if tag:
         key += "-" + hashlib.sha1(tag.encode()).hexdigest()[:8]
@@ -250,17 +290,30 @@ def _cached(kind: str, passages: Sequence[Passage], cache_dir: Path | None, opti
             shutil.rmtree(target, ignore_errors=True)
             os.replace(tmp, target)
     except OSError as e:
-        log.warning("could not cache the %s index under %s (%s); it will be rebuilt next time", kind, target, e)
+        log.warning(
+            "could not cache the %s index under %s (%s); it will be rebuilt next time",
+            kind,
+            target,
+            e,
+        )
     return retriever
 
 
-def open_retriever(spec: str | Retriever, passages: Sequence[Passage] | None = None, *,
-                   cache_dir: str | Path | None = None, cache: bool = True, **options: Any) -> Retriever:
+def open_retriever(
+    spec: str | Retriever,
+    passages: Sequence[Passage] | None = None,
+    *,
+    cache_dir: str | Path | None = None,
+    cache: bool = True,
+    **options: Any,
+) -> Retriever:
     """The env's retriever from `spec`: a kind name, an index directory, a URL, or an instance."""
     if isinstance(spec, Retriever):
         return spec
     if not isinstance(spec, str):
-        raise ConfigError(f"retriever must be a kind name, index path or URL, got {type(spec).__name__}")
+        raise ConfigError(
+            f"retriever must be a kind name, index path or URL, got {type(spec).__name__}"
+        )
     if spec.startswith(("http://", "https://")):
         from trace_gym.envs.hotpotqa.remote import RemoteRetriever
 

@@ -29,7 +29,13 @@ from functools import lru_cache
 from trace_gym.envs.hotpotqa.data import QATask
 from trace_gym.envs.hotpotqa.metrics import normalize_answer
 
-__all__ = ["next_action", "no_search_action", "oracle_next_action", "parse_documents", "question_from_prompt"]
+__all__ = [
+    "next_action",
+    "no_search_action",
+    "oracle_next_action",
+    "parse_documents",
+    "question_from_prompt",
+]
 
 _DOC_START = re.compile(r"(?:^|\n)Doc \d+\(Title: ")
 _QUESTION = re.compile(r"Question:\s*(?P<q>.*?)\s*$", re.S)
@@ -41,10 +47,22 @@ _BRIDGE_READ = {
     "film_director_birthyear": (r"directed by (?P<x>[^.]+)\.", r"\(born (?P<x>\d{4})\)", ""),
     "company_founder_birthplace": (r"founded by (?P<x>[^.]+)\.", r"was born in (?P<x>[^.]+)\.", ""),
     "band_singer_birthyear": (r"lead singer is (?P<x>[^.]+)\.", r"\(born (?P<x>\d{4})\)", ""),
-    "person_birthplace_river": (r"was born in (?P<x>[^.]+)\.", r"banks of the (?P<x>.+?) River\.", " River"),
-    "company_hq_province": (r"headquarters are in (?P<x>[^.]+)\.", r"province of (?P<x>[^.]+)\.", ""),
+    "person_birthplace_river": (
+        r"was born in (?P<x>[^.]+)\.",
+        r"banks of the (?P<x>.+?) River\.",
+        " River",
+    ),
+    "company_hq_province": (
+        r"headquarters are in (?P<x>[^.]+)\.",
+        r"province of (?P<x>[^.]+)\.",
+        "",
+    ),
     "film_location_founded": (r"was shot in (?P<x>[^.]+)\.", r"was founded in (?P<x>\d{4})\.", ""),
-    "band_origin_province": (r"was formed in (?P<x>.+?) in \d{4}\.", r"province of (?P<x>[^.]+)\.", ""),
+    "band_origin_province": (
+        r"was formed in (?P<x>.+?) in \d{4}\.",
+        r"province of (?P<x>[^.]+)\.",
+        "",
+    ),
 }
 #: comparison template -> (pattern for the compared number, True when the smaller wins)
 _COMPARE_READ = {
@@ -64,7 +82,11 @@ def _question_patterns() -> list[tuple[str, str, re.Pattern]]:
         rx = re.escape(tpl).replace(re.escape("{e}"), "(?P<e>.+?)")
         out.append(("bridge", kind, re.compile(f"^{rx}$")))
     for kind, tpl in COMPARISON_TEMPLATES.items():
-        rx = re.escape(tpl).replace(re.escape("{a}"), "(?P<a>.+?)").replace(re.escape("{b}"), "(?P<b>.+?)")
+        rx = (
+            re.escape(tpl)
+            .replace(re.escape("{a}"), "(?P<a>.+?)")
+            .replace(re.escape("{b}"), "(?P<b>.+?)")
+        )
         out.append(("comparison", kind, re.compile(f"^{rx}$")))
     return out
 
@@ -87,7 +109,7 @@ def _split_title(part: str) -> tuple[str, str]:
             depth += 1
         elif ch == ")":
             if depth == 0:
-                return part[:i], part[i + 1:].removeprefix(" ")
+                return part[:i], part[i + 1 :].removeprefix(" ")
             depth -= 1
     title, _, text = part.partition(") ")
     return title, text
@@ -136,10 +158,18 @@ def next_action(question: str, observations: Sequence[str]) -> str:
             entity = m.group("e")
             bridge = _read(docs, entity, hop1)
             if bridge is None:
-                return _lookup(entity, searches, question) if searches < _GIVE_UP else _answer("unknown")
+                return (
+                    _lookup(entity, searches, question)
+                    if searches < _GIVE_UP
+                    else _answer("unknown")
+                )
             answer = _read(docs, bridge, hop2)
             if answer is None:
-                return _lookup(bridge, searches - 1, question) if searches < _GIVE_UP else _answer(bridge)
+                return (
+                    _lookup(bridge, searches - 1, question)
+                    if searches < _GIVE_UP
+                    else _answer(bridge)
+                )
             return _answer(answer + suffix)
         pattern, smaller = _COMPARE_READ[kind]
         a, b = m.group("a"), m.group("b")

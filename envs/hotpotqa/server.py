@@ -45,7 +45,15 @@ from trace_gym.envs.hotpotqa.retrievers import Hit, Retriever
 from trace_gym.errors import ConfigError
 from trace_gym.optional import require
 
-__all__ = ["MicroBatcher", "RetrievalServer", "ServerLimits", "make_app", "make_server", "main", "parse_request"]
+__all__ = [
+    "MicroBatcher",
+    "RetrievalServer",
+    "ServerLimits",
+    "make_app",
+    "make_server",
+    "main",
+    "parse_request",
+]
 
 log = logging.getLogger(__name__)
 
@@ -78,8 +86,15 @@ class ServerLimits:
     max_batch_queries: int = 256
 
     def __post_init__(self):
-        for name in ("max_body_bytes", "max_queries", "max_topk", "max_query_chars", "max_depth",
-                     "max_connections", "max_batch_queries"):
+        for name in (
+            "max_body_bytes",
+            "max_queries",
+            "max_topk",
+            "max_query_chars",
+            "max_depth",
+            "max_connections",
+            "max_batch_queries",
+        ):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
         for name in ("read_timeout_s", "search_timeout_s", "keep_alive_s"):
@@ -109,18 +124,25 @@ def _check_depth(body: bytes, limit: int) -> None:
     if body.count(b"[") + body.count(b"{") <= limit:
         return
     depth = 0
-    for ch in _STRING.sub(b"", body).translate(None, _STRUCTURE):  # only brackets outside strings remain
+    for ch in _STRING.sub(b"", body).translate(
+        None, _STRUCTURE
+    ):  # only brackets outside strings remain
         depth += 1 if ch in b"[{" else -1
         if depth > limit:
             raise BadRequest(400, f"JSON nested deeper than {limit} levels; {_USAGE}")
 
 
-def parse_request(body: bytes, limits: ServerLimits = ServerLimits()) -> tuple[list[str], int, bool]:
+def parse_request(
+    body: bytes, limits: ServerLimits = ServerLimits()
+) -> tuple[list[str], int, bool]:
     """Validate a /retrieve body; raise `BadRequest` with a message saying what to send."""
     _check_depth(body, limits.max_depth)
     try:
         req = json.loads(body)
-    except (ValueError, RecursionError) as e:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
+    except (
+        ValueError,
+        RecursionError,
+    ) as e:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
         raise BadRequest(400, f"body is not JSON ({e}); {_USAGE}") from e
     if not isinstance(req, dict):
         raise BadRequest(400, f"body must be a JSON object; {_USAGE}")
@@ -136,7 +158,9 @@ def parse_request(body: bytes, limits: ServerLimits = ServerLimits()) -> tuple[l
     if topk is None:
         topk = 3
     if isinstance(topk, bool) or not isinstance(topk, int) or not 1 <= topk <= limits.max_topk:
-        raise BadRequest(422, f"'topk' must be an integer in [1, {limits.max_topk}], got {topk!r:.40}")
+        raise BadRequest(
+            422, f"'topk' must be an integer in [1, {limits.max_topk}], got {topk!r:.40}"
+        )
     return_scores = req.get("return_scores", False)
     if not isinstance(return_scores, bool):
         raise BadRequest(422, "'return_scores' must be true or false")
@@ -191,9 +215,13 @@ class MicroBatcher:
         self._busy = True
         loop.create_task(self._search(loop, batch))
 
-    async def _search(self, loop: asyncio.AbstractEventLoop, batch: list[tuple[list[str], int, asyncio.Future]]) -> None:
+    async def _search(
+        self, loop: asyncio.AbstractEventLoop, batch: list[tuple[list[str], int, asyncio.Future]]
+    ) -> None:
         flat = [q for qs, _, _ in batch for q in qs]
-        k = max(k for _, k, _ in batch)  # one search at the largest k; each request keeps its own top-k
+        k = max(
+            k for _, k, _ in batch
+        )  # one search at the largest k; each request keeps its own top-k
         try:
             results = await asyncio.to_thread(self.retriever.search, flat, k)
         except Exception as e:  # a failing backend fails this batch's requests, not the server
@@ -210,7 +238,7 @@ class MicroBatcher:
                 if isinstance(results, Exception):
                     fut.set_exception(results)
                 else:
-                    fut.set_result([hits[:kk] for hits in results[at:at + len(qs)]])
+                    fut.set_result([hits[:kk] for hits in results[at : at + len(qs)]])
             at += len(qs)
 
 
@@ -218,7 +246,11 @@ def _payload(results: list[list[Hit]], return_scores: bool) -> list[list[dict[st
     out = []
     for hits in results:
         docs = [{"id": h.passage.id, "contents": h.passage.contents} for h in hits]
-        out.append([{"document": d, "score": h.score} for d, h in zip(docs, hits, strict=True)] if return_scores else docs)
+        out.append(
+            [{"document": d, "score": h.score} for d, h in zip(docs, hits, strict=True)]
+            if return_scores
+            else docs
+        )
     return out
 
 
@@ -259,7 +291,11 @@ def make_app(retriever: Retriever, limits: ServerLimits = ServerLimits()) -> Any
     app.state.batcher = batcher
 
     def reply(status: int, payload: dict[str, Any]) -> Response:
-        return Response(json.dumps(payload, ensure_ascii=False), status_code=status, media_type="application/json")
+        return Response(
+            json.dumps(payload, ensure_ascii=False),
+            status_code=status,
+            media_type="application/json",
+        )
 
     # plain Starlette routes: the handlers read the raw body themselves (size, time and
     # depth limits come before any parsing), so FastAPI's body validation is bypassed
@@ -270,14 +306,27 @@ def make_app(retriever: Retriever, limits: ServerLimits = ServerLimits()) -> Any
         except BadRequest as e:
             return reply(e.status, {"error": str(e)})
         except TimeoutError:
-            return reply(504, {"error": f"the search took over {limits.search_timeout_s} s; retry or send fewer queries"})
+            return reply(
+                504,
+                {
+                    "error": f"the search took over {limits.search_timeout_s} s; retry or send fewer queries"
+                },
+            )
         except Exception as e:  # a failing backend is reported, the server keeps serving
             return reply(500, {"error": f"retrieval failed: {type(e).__name__}: {e}"})
         return reply(200, {"result": _payload(results, return_scores)})
 
     async def health(request: Any) -> Response:
-        return reply(200, {"status": "ok", "index": retriever.describe(), "passages": len(retriever.passages),
-                           "batches": batcher.batches, "queries": batcher.queries})
+        return reply(
+            200,
+            {
+                "status": "ok",
+                "index": retriever.describe(),
+                "passages": len(retriever.passages),
+                "batches": batcher.batches,
+                "queries": batcher.queries,
+            },
+        )
 
     async def unknown(request: Any) -> Response:
         return reply(404, {"error": f"unknown path {request.url.path}; use POST /retrieve"})
@@ -291,17 +340,27 @@ def make_app(retriever: Retriever, limits: ServerLimits = ServerLimits()) -> Any
 class RetrievalServer:
     """A uvicorn server around one `Retriever`, bound at construction (port 0: a free port)."""
 
-    def __init__(self, retriever: Retriever, host: str = "127.0.0.1", port: int = 8000,
-                 limits: ServerLimits = ServerLimits()):
+    def __init__(
+        self,
+        retriever: Retriever,
+        host: str = "127.0.0.1",
+        port: int = 8000,
+        limits: ServerLimits = ServerLimits(),
+    ):
         require("uvicorn", "retrieval")
         import uvicorn
 
         self.retriever = retriever
         self.limits = limits
         self.socket = socket.create_server((host, port), reuse_port=False)
-        config = uvicorn.Config(make_app(retriever, limits), log_level="warning", access_log=False,
-                                timeout_keep_alive=limits.keep_alive_s, limit_concurrency=limits.max_connections,
-                                h11_max_incomplete_event_size=64 * 1024)
+        config = uvicorn.Config(
+            make_app(retriever, limits),
+            log_level="warning",
+            access_log=False,
+            timeout_keep_alive=limits.keep_alive_s,
+            limit_concurrency=limits.max_connections,
+            h11_max_incomplete_event_size=64 * 1024,
+        )
         self._server = uvicorn.Server(config)
         self._thread: threading.Thread | None = None
 
@@ -316,7 +375,9 @@ class RetrievalServer:
 
     def start_background(self) -> threading.Thread:
         """Serve on a daemon thread (for tests and notebooks); stop with `shutdown()`."""
-        self._thread = threading.Thread(target=self.serve_forever, name="trace-gym-retriever", daemon=True)
+        self._thread = threading.Thread(
+            target=self.serve_forever, name="trace-gym-retriever", daemon=True
+        )
         self._thread.start()
         deadline = time.monotonic() + 30
         while not self._server.started and self._thread.is_alive() and time.monotonic() < deadline:
@@ -332,8 +393,12 @@ class RetrievalServer:
         self.socket.close()
 
 
-def make_server(retriever: Retriever, host: str = "127.0.0.1", port: int = 0,
-                limits: ServerLimits = ServerLimits()) -> RetrievalServer:
+def make_server(
+    retriever: Retriever,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    limits: ServerLimits = ServerLimits(),
+) -> RetrievalServer:
     """A server for `retriever` (port 0 picks a free port; see `.url`)."""
     return RetrievalServer(retriever, host, port, limits)
 
@@ -347,9 +412,12 @@ def _limit_flags(ap: argparse.ArgumentParser) -> None:
 def main(argv: list[str]) -> int:
     """Serve a retrieval index over HTTP (Search-R1's /retrieve)."""
     ap = argparse.ArgumentParser(prog="trace-gym serve-retriever", description=main.__doc__)
-    ap.add_argument("--index", default="bm25",
-                    help="an index directory from `trace-gym corpus build`, or a kind (bm25, dense-flat, "
-                         "dense-hnsw, pyserini) to index the bundled corpus (default: bm25)")
+    ap.add_argument(
+        "--index",
+        default="bm25",
+        help="an index directory from `trace-gym corpus build`, or a kind (bm25, dense-flat, "
+        "dense-hnsw, pyserini) to index the bundled corpus (default: bm25)",
+    )
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--port", type=int, default=8000)
     _limit_flags(ap)

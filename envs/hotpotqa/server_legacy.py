@@ -49,20 +49,28 @@ def parse_request(body: bytes) -> tuple[list[str], int, bool]:
     try:
         req = json.loads(body)
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise _BadRequest(HTTPStatus.BAD_REQUEST, f"body is not JSON ({e}); send "
-                          '{"queries": [...], "topk": 3, "return_scores": true}') from e
+        raise _BadRequest(
+            HTTPStatus.BAD_REQUEST,
+            f'body is not JSON ({e}); send {{"queries": [...], "topk": 3, "return_scores": true}}',
+        ) from e
     if not isinstance(req, dict):
-        raise _BadRequest(HTTPStatus.BAD_REQUEST, "body must be a JSON object with a 'queries' list")
+        raise _BadRequest(
+            HTTPStatus.BAD_REQUEST, "body must be a JSON object with a 'queries' list"
+        )
     queries = req.get("queries")
     if not isinstance(queries, list) or not all(isinstance(q, str) for q in queries):
         raise _BadRequest(HTTPStatus.UNPROCESSABLE_ENTITY, "'queries' must be a list of strings")
     if len(queries) > MAX_QUERIES:
-        raise _BadRequest(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, f"at most {MAX_QUERIES} queries per request")
+        raise _BadRequest(
+            HTTPStatus.REQUEST_ENTITY_TOO_LARGE, f"at most {MAX_QUERIES} queries per request"
+        )
     topk = req.get("topk", 3)
     if topk is None:
         topk = 3
     if isinstance(topk, bool) or not isinstance(topk, int) or not 1 <= topk <= MAX_TOPK:
-        raise _BadRequest(HTTPStatus.UNPROCESSABLE_ENTITY, f"'topk' must be an integer in [1, {MAX_TOPK}]")
+        raise _BadRequest(
+            HTTPStatus.UNPROCESSABLE_ENTITY, f"'topk' must be an integer in [1, {MAX_TOPK}]"
+        )
     return_scores = req.get("return_scores", False)
     if not isinstance(return_scores, bool):
         raise _BadRequest(HTTPStatus.UNPROCESSABLE_ENTITY, "'return_scores' must be true or false")
@@ -87,23 +95,34 @@ class _Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         if self.path.rstrip("/") in ("/health", ""):
             r = self.server.retriever
-            self._send(HTTPStatus.OK, {"status": "ok", "index": r.describe(), "passages": len(r.passages)})
+            self._send(
+                HTTPStatus.OK, {"status": "ok", "index": r.describe(), "passages": len(r.passages)}
+            )
         else:
-            self._send(HTTPStatus.NOT_FOUND, {"error": f"unknown path {self.path}; use POST /retrieve"})
+            self._send(
+                HTTPStatus.NOT_FOUND, {"error": f"unknown path {self.path}; use POST /retrieve"}
+            )
 
     def do_POST(self) -> None:
         if self.path.rstrip("/") != "/retrieve":
-            self._send(HTTPStatus.NOT_FOUND, {"error": f"unknown path {self.path}; use POST /retrieve"})
+            self._send(
+                HTTPStatus.NOT_FOUND, {"error": f"unknown path {self.path}; use POST /retrieve"}
+            )
             return
         try:
             length = int(self.headers.get("Content-Length") or 0)
         except ValueError:
             length = -1
         if length <= 0:
-            self._send(HTTPStatus.LENGTH_REQUIRED, {"error": "send a JSON body with a Content-Length header"})
+            self._send(
+                HTTPStatus.LENGTH_REQUIRED,
+                {"error": "send a JSON body with a Content-Length header"},
+            )
             return
         if length > MAX_BODY_BYTES:
-            self._send(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, {"error": f"body over {MAX_BODY_BYTES} bytes"})
+            self._send(
+                HTTPStatus.REQUEST_ENTITY_TOO_LARGE, {"error": f"body over {MAX_BODY_BYTES} bytes"}
+            )
             self.close_connection = True
             return
         body = self.rfile.read(length)
@@ -116,12 +135,19 @@ class _Handler(BaseHTTPRequestHandler):
             results = self.server.retriever.search(queries, topk)
         except Exception as e:  # a failing backend is reported, the server keeps serving
             log.exception("retrieval failed")
-            self._send(HTTPStatus.INTERNAL_SERVER_ERROR, {"error": f"retrieval failed: {type(e).__name__}: {e}"})
+            self._send(
+                HTTPStatus.INTERNAL_SERVER_ERROR,
+                {"error": f"retrieval failed: {type(e).__name__}: {e}"},
+            )
             return
         out = []
         for hits in results:
             docs = [{"id": h.passage.id, "contents": h.passage.contents} for h in hits]
-            out.append([{"document": d, "score": h.score} for d, h in zip(docs, hits, strict=True)] if return_scores else docs)
+            out.append(
+                [{"document": d, "score": h.score} for d, h in zip(docs, hits, strict=True)]
+                if return_scores
+                else docs
+            )
         self._send(HTTPStatus.OK, {"result": out})
 
 

@@ -60,17 +60,29 @@ class QATask:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-friendly view (answer included: use it only after the episode)."""
-        return {"id": self.id, "question": self.question, "answer": self.answer, "type": self.type,
-                "level": self.level, "supporting_facts": [list(f) for f in self.supporting_facts],
-                "supporting_titles": list(self.supporting_titles), "template": self.template,
-                "aliases": list(self.aliases)}
+        return {
+            "id": self.id,
+            "question": self.question,
+            "answer": self.answer,
+            "type": self.type,
+            "level": self.level,
+            "supporting_facts": [list(f) for f in self.supporting_facts],
+            "supporting_titles": list(self.supporting_titles),
+            "template": self.template,
+            "aliases": list(self.aliases),
+        }
 
     def to_record(self) -> dict[str, Any]:
         """The task in the original HotpotQA layout (what `trace-gym data convert` writes)."""
-        rec: dict[str, Any] = {"_id": self.id, "question": self.question, "answer": self.answer,
-                               "type": self.type, "level": self.level,
-                               "supporting_facts": [list(f) for f in self.supporting_facts],
-                               "context": [[t, list(s)] for t, s in self.context]}
+        rec: dict[str, Any] = {
+            "_id": self.id,
+            "question": self.question,
+            "answer": self.answer,
+            "type": self.type,
+            "level": self.level,
+            "supporting_facts": [list(f) for f in self.supporting_facts],
+            "context": [[t, list(s)] for t, s in self.context],
+        }
         if self.aliases:
             rec["answer_aliases"] = list(self.aliases)
         if self.template:

@@ -38,7 +38,8 @@ _UNIT_WORDS = (
 )
 _TEXT = re.compile(r"\\(?:text|textbf|mathrm|mathbf|boldsymbol|mbox|textrm)\s*\{([^{}]*)\}")
 _TRAILING_UNITS = re.compile(
-    rf"(?:\s|\\[ ,;!])*(?:\\(?:text|mbox)\{{\s*(?:{_UNIT_WORDS})\b[^{{}}]*\}}(?:\^\{{?[23]\}}?)?|\s(?:{_UNIT_WORDS})\b.*)$", re.I
+    rf"(?:\s|\\[ ,;!])*(?:\\(?:text|mbox)\{{\s*(?:{_UNIT_WORDS})\b[^{{}}]*\}}(?:\^\{{?[23]\}}?)?|\s(?:{_UNIT_WORDS})\b.*)$",
+    re.I,
 )
 _THOUSANDS = re.compile(r"[+-]?\d{1,3}(,\d{3})+(\.\d+)?")
 
@@ -51,10 +52,25 @@ def normalize(ans: str) -> str:
     s = re.sub(r",\\!(?=\d{3})", "", s)  # 29,\!322 -> 29322
     s = re.sub(r"^\\boxed\s*\{(.*)\}$", r"\1", s, flags=re.S)
     s = _TRAILING_UNITS.sub("", s)
-    s = re.sub(r"(?<=\d)(?:\s|\\[ ,;!])*\\(?:text|mbox)\{\s*[a-zA-Z]+\s*\}$", "", s)  # 21\text{ dogs}
-    for a, b in (("\\left", ""), ("\\right", ""), ("\\!", ""), ("\\,", ""), ("\\;", ""), ("\\:", ""),
-                 ("\\dfrac", "\\frac"), ("\\tfrac", "\\frac"), ("^\\circ", ""), ("^{\\circ}", ""),
-                 ("\\%", ""), ("%", ""), ("\\$", ""), ("\\displaystyle", "")):
+    s = re.sub(
+        r"(?<=\d)(?:\s|\\[ ,;!])*\\(?:text|mbox)\{\s*[a-zA-Z]+\s*\}$", "", s
+    )  # 21\text{ dogs}
+    for a, b in (
+        ("\\left", ""),
+        ("\\right", ""),
+        ("\\!", ""),
+        ("\\,", ""),
+        ("\\;", ""),
+        ("\\:", ""),
+        ("\\dfrac", "\\frac"),
+        ("\\tfrac", "\\frac"),
+        ("^\\circ", ""),
+        ("^{\\circ}", ""),
+        ("\\%", ""),
+        ("%", ""),
+        ("\\$", ""),
+        ("\\displaystyle", ""),
+    ):
         s = s.replace(a, b)
     s = _TEXT.sub(r"\1", s)
     s = re.sub(r"\\phantom\s*(?:\{[^{}]*\}|.)", "", s)  # an invisible placeholder: \phantom -1 is 1
@@ -67,13 +83,55 @@ def normalize(ans: str) -> str:
 
 
 # --------------------------------------------------------------------------- grammar
-_FUNCS = ("arcsin", "arccos", "arctan", "sinh", "cosh", "tanh", "sin", "cos", "tan", "sec", "csc", "cot",
-          "ln", "log", "exp")
+_FUNCS = (
+    "arcsin",
+    "arccos",
+    "arctan",
+    "sinh",
+    "cosh",
+    "tanh",
+    "sin",
+    "cos",
+    "tan",
+    "sec",
+    "csc",
+    "cot",
+    "ln",
+    "log",
+    "exp",
+)
 _CONSTS = ("pi", "infty", "e")
 _OPS = {"cdot": "*", "times": "*", "div": "/"}
-_GREEK = ("alpha", "beta", "gamma", "delta", "epsilon", "varepsilon", "zeta", "eta", "theta", "vartheta", "iota",
-          "kappa", "lambda", "mu", "nu", "xi", "rho", "sigma", "tau", "upsilon", "phi", "varphi", "chi", "psi", "omega")
-_COMMANDS = sorted((*_FUNCS, *_CONSTS, *_GREEK, *_OPS, "frac", "binom", "sqrt"), key=len, reverse=True)
+_GREEK = (
+    "alpha",
+    "beta",
+    "gamma",
+    "delta",
+    "epsilon",
+    "varepsilon",
+    "zeta",
+    "eta",
+    "theta",
+    "vartheta",
+    "iota",
+    "kappa",
+    "lambda",
+    "mu",
+    "nu",
+    "xi",
+    "rho",
+    "sigma",
+    "tau",
+    "upsilon",
+    "phi",
+    "varphi",
+    "chi",
+    "psi",
+    "omega",
+)
+_COMMANDS = sorted(
+    (*_FUNCS, *_CONSTS, *_GREEK, *_OPS, "frac", "binom", "sqrt"), key=len, reverse=True
+)
 
 
 class ParseError(ValueError):
@@ -119,7 +177,7 @@ class Parser:
     def parse(self) -> Any:
         value = self.expr()
         if self.i != len(self.s):
-            raise ParseError(f"unexpected {self.s[self.i:self.i + 10]!r}")
+            raise ParseError(f"unexpected {self.s[self.i : self.i + 10]!r}")
         return value
 
     def expr(self) -> Any:
@@ -235,7 +293,9 @@ class Parser:
             try:
                 return self.sp.Integer(int(text, int(base.group(1) or base.group(2))))
             except ValueError as e:
-                raise ParseError(f"not a base-{base.group(1) or base.group(2)} numeral: {text}") from e
+                raise ParseError(
+                    f"not a base-{base.group(1) or base.group(2)} numeral: {text}"
+                ) from e
         if "." in text:
             # a Float remembers that the answer was written as a decimal (see `same`)
             return self.sp.Float(text, max(15, len(text)))
@@ -273,12 +333,16 @@ class Parser:
         if name == "log" and self.eat("_"):
             base = self.arg()
         power = None
-        if base is None and self.eat("^"):  # \\sin^2 x is (\\sin x)^2; \\sin^{-1} is ambiguous, refused
+        if base is None and self.eat(
+            "^"
+        ):  # \\sin^2 x is (\\sin x)^2; \\sin^{-1} is ambiguous, refused
             power = self.exponent()
             if not (power.is_Integer and 1 <= int(power) <= 10):
                 raise ParseError("a function power other than 1..10 (\\sin^{-1} is ambiguous)")
         arg = self.group("(", ")") if self.peek() == "(" else self.power()
-        fn = {"arcsin": sp.asin, "arccos": sp.acos, "arctan": sp.atan, "ln": sp.log}.get(name) or getattr(sp, name)
+        fn = {"arcsin": sp.asin, "arccos": sp.acos, "arctan": sp.atan, "ln": sp.log}.get(
+            name
+        ) or getattr(sp, name)
         value = sp.log(arg, base) if base is not None else fn(arg)
         return value if power is None else value**power
 
@@ -397,7 +461,9 @@ def _same_number(a: Any, b: Any) -> bool:
         return True
     if a.is_number and b.is_number:  # exact forms simplify could not match: 30 digits must agree
         va, vb = complex(sp.N(a, 40)), complex(sp.N(b, 40))
-        return all(math.isfinite(v) for v in (va.real, va.imag)) and abs(va - vb) <= 1e-25 * max(abs(va), abs(vb), 1e-300)
+        return all(math.isfinite(v) for v in (va.real, va.imag)) and abs(va - vb) <= 1e-25 * max(
+            abs(va), abs(vb), 1e-300
+        )
     return False
 
 
@@ -421,7 +487,9 @@ def same(a: Any, b: Any) -> bool:
     if isinstance(a, sp.Set) or isinstance(b, sp.Set):
         return a == b
     if isinstance(a, sp.MatrixBase) or isinstance(b, sp.MatrixBase):
-        return getattr(a, "shape", None) == getattr(b, "shape", None) and all(same(x, y) for x, y in zip(a, b, strict=True))
+        return getattr(a, "shape", None) == getattr(b, "shape", None) and all(
+            same(x, y) for x, y in zip(a, b, strict=True)
+        )
     if isinstance(a, sp.Equality) or isinstance(b, sp.Equality):
         if not (isinstance(a, sp.Equality) and isinstance(b, sp.Equality)):
             return False
@@ -513,13 +581,18 @@ def _match(cells: list[list[bool | None]], ordered: bool) -> bool | None:
     return assign(0)
 
 
-def judge_parts(pred: str, parts: list[str], ordered: bool, inner_timeout_s: int = 3,
-                string_match: bool = True) -> dict[str, Any]:
+def judge_parts(
+    pred: str, parts: list[str], ordered: bool, inner_timeout_s: int = 3, string_match: bool = True
+) -> dict[str, Any]:
     """Both verdicts for a multi-part reference: every part must match (in order unless unordered)."""
     got = split_parts(pred, len(parts))
     if got is None:
-        return {"math_verify": False, "canonical": False, "canonical_confident": True,
-                "error": f"expected {len(parts)} comma-separated parts"}
+        return {
+            "math_verify": False,
+            "canonical": False,
+            "canonical_confident": True,
+            "error": f"expected {len(parts)} comma-separated parts",
+        }
     n = len(parts)
     pairs = [(i, i) for i in range(n)] if ordered else [(i, j) for i in range(n) for j in range(n)]
     mv: list[list[bool | None]] = [[None] * n for _ in range(n)]
@@ -530,8 +603,12 @@ def judge_parts(pred: str, parts: list[str], ordered: bool, inner_timeout_s: int
         mv[i][j], ours[i][j] = res["math_verify"], res["canonical"]
         confident = confident and res["canonical_confident"]
         errors += [res["error"]] if res["error"] else []
-    return {"math_verify": _match(mv, ordered), "canonical": bool(_match(ours, ordered)),
-            "canonical_confident": confident, "error": "; ".join(errors)[:300] or None}
+    return {
+        "math_verify": _match(mv, ordered),
+        "canonical": bool(_match(ours, ordered)),
+        "canonical_confident": confident,
+        "error": "; ".join(errors)[:300] or None,
+    }
 
 
 # --------------------------------------------------------------------------- worker
@@ -547,9 +624,16 @@ def _math_verify(pred: str, ref: str, timeout_s: int) -> bool | None:
     return bool(verify(gold, got, timeout_seconds=timeout_s))
 
 
-def judge(pred: str, ref: str, inner_timeout_s: int = 3, string_match: bool = True) -> dict[str, Any]:
+def judge(
+    pred: str, ref: str, inner_timeout_s: int = 3, string_match: bool = True
+) -> dict[str, Any]:
     """Both verdicts for one answer (math-verify and ours); runs inside the verifier sandbox."""
-    out: dict[str, Any] = {"math_verify": None, "canonical": None, "canonical_confident": False, "error": None}
+    out: dict[str, Any] = {
+        "math_verify": None,
+        "canonical": None,
+        "canonical_confident": False,
+        "error": None,
+    }
     try:
         out["math_verify"] = _math_verify(pred, ref, inner_timeout_s)
     except Exception as e:  # noqa: BLE001
@@ -579,7 +663,13 @@ def worker_main() -> None:
         try:
             pred, ref, inner, string_match, *multi = json.loads(line)
             if multi and multi[0]:  # [..., parts, ordered]: a multi-part reference
-                reply = judge_parts(str(pred), [str(p) for p in multi[0]], bool(multi[1]), int(inner), bool(string_match))
+                reply = judge_parts(
+                    str(pred),
+                    [str(p) for p in multi[0]],
+                    bool(multi[1]),
+                    int(inner),
+                    bool(string_match),
+                )
             else:
                 reply = judge(str(pred), str(ref), int(inner), bool(string_match))
         except (ValueError, TypeError) as e:

@@ -31,7 +31,10 @@ def socketpair() -> tuple[socket.socket, socket.socket]:
     a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     a.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
     for s in (a, b):
-        for force, plain in ((_SO_SNDBUFFORCE, socket.SO_SNDBUF), (_SO_RCVBUFFORCE, socket.SO_RCVBUF)):
+        for force, plain in (
+            (_SO_SNDBUFFORCE, socket.SO_SNDBUF),
+            (_SO_RCVBUFFORCE, socket.SO_RCVBUF),
+        ):
             try:
                 s.setsockopt(socket.SOL_SOCKET, force, BUF)
             except OSError:
@@ -48,7 +51,9 @@ def send(chan: socket.socket, msg: dict, fds: list[int] | None = None) -> None:
         chan.sendall(data)
 
 
-def recv(chan: socket.socket, deadline: float, seq: int | None = None) -> tuple[dict | None, int | None]:
+def recv(
+    chan: socket.socket, deadline: float, seq: int | None = None
+) -> tuple[dict | None, int | None]:
     """The next message (with sequence number `seq` if given) and the kernel's sender pid.
 
     (None, None) on timeout or end of file. Garbage and stale or forged sequence numbers
@@ -61,17 +66,25 @@ def recv(chan: socket.socket, deadline: float, seq: int | None = None) -> tuple[
         try:
             if not select.select([chan], [], [], left)[0]:
                 return None, None
-            data, anc, _flags, _addr = chan.recvmsg(BUF, socket.CMSG_SPACE(_UCRED.size) + socket.CMSG_SPACE(64))
+            data, anc, _flags, _addr = chan.recvmsg(
+                BUF, socket.CMSG_SPACE(_UCRED.size) + socket.CMSG_SPACE(64)
+            )
         except (OSError, ValueError):
             return None, None
         if not data:
             return None, None
         pid = None
         for level, kind, payload in anc:
-            if level == socket.SOL_SOCKET and kind == socket.SCM_CREDENTIALS and len(payload) >= _UCRED.size:
+            if (
+                level == socket.SOL_SOCKET
+                and kind == socket.SCM_CREDENTIALS
+                and len(payload) >= _UCRED.size
+            ):
                 pid = _UCRED.unpack_from(payload)[0] or None
             elif level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-                for i in range(0, len(payload) - len(payload) % 4, 4):  # never keep fds a cell sent us
+                for i in range(
+                    0, len(payload) - len(payload) % 4, 4
+                ):  # never keep fds a cell sent us
                     with contextlib.suppress(OSError):
                         os.close(int.from_bytes(payload[i : i + 4], "little"))
         try:
@@ -185,9 +198,15 @@ def dying(pid: int) -> bool:
             text = os.read(fd, 1 << 16)
         finally:
             os.close(fd)
-        fields = dict(line.split(b":", 1) for line in text.splitlines() if line.startswith((b"State", b"SigPnd", b"ShdPnd")))
+        fields = dict(
+            line.split(b":", 1)
+            for line in text.splitlines()
+            if line.startswith((b"State", b"SigPnd", b"ShdPnd"))
+        )
         pending = int(fields.get(b"SigPnd", b"0"), 16) | int(fields.get(b"ShdPnd", b"0"), 16)
-        return fields.get(b"State", b"R").strip()[:1] in (b"Z", b"X") or bool(pending & _SIGKILL_BIT)
+        return fields.get(b"State", b"R").strip()[:1] in (b"Z", b"X") or bool(
+            pending & _SIGKILL_BIT
+        )
     except (FileNotFoundError, ProcessLookupError):
         return True
     except (OSError, ValueError):

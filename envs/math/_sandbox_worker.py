@@ -78,7 +78,9 @@ def send(chan: socket.socket, msg: dict, fds: list[int] | None = None) -> None:
         chan.send(data)
 
 
-_RECV_BUF = bytearray(MAX_MSG)  # allocated up front: a cell that used up the address space can still be served
+_RECV_BUF = bytearray(
+    MAX_MSG
+)  # allocated up front: a cell that used up the address space can still be served
 _FD_SIZE = 4
 
 
@@ -91,7 +93,10 @@ def recv(chan: socket.socket) -> tuple[dict | None, list[int]]:
     fds: list[int] = []
     for level, kind, payload in anc:
         if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-            fds += [int.from_bytes(payload[i : i + 4], sys.byteorder) for i in range(0, len(payload) - len(payload) % 4, 4)]
+            fds += [
+                int.from_bytes(payload[i : i + 4], sys.byteorder)
+                for i in range(0, len(payload) - len(payload) % 4, 4)
+            ]
     if not size:
         return None, []
     return json.loads(bytes(_RECV_BUF[:size])), fds
@@ -152,7 +157,9 @@ def limit_note(e: BaseException) -> str | None:
         if code == 27:  # EFBIG
             return f"OSError: a file exceeded the sandbox file size limit ({LIMITS.get('file_size_mb')} MiB)"
         if code == 24:  # EMFILE
-            return f"OSError: the cell exceeded the open files limit ({LIMITS.get('max_open_files')})"
+            return (
+                f"OSError: the cell exceeded the open files limit ({LIMITS.get('max_open_files')})"
+            )
         if code == 11:  # EAGAIN from fork/thread start
             return f"OSError: the cell exceeded the process/thread limit ({LIMITS.get('max_processes')})"
         if code == 28:  # ENOSPC
@@ -221,8 +228,16 @@ class Interpreter:
                 error = error.rstrip("\n") + "\n" + note + "\n"
         finally:
             sys.stdout, sys.stderr, sys.stdin = old
-        threads = sum(1 for t in threading.enumerate() if t is not threading.main_thread() and t.is_alive())
-        return {"output": out.text(), "total_chars": out.total, "error": error, "threads": threads, "limit": limit}
+        threads = sum(
+            1 for t in threading.enumerate() if t is not threading.main_thread() and t.is_alive()
+        )
+        return {
+            "output": out.text(),
+            "total_chars": out.total,
+            "error": error,
+            "threads": threads,
+            "limit": limit,
+        }
 
 
 def short_traceback(e: BaseException, limit: int = 2000) -> str:
@@ -410,7 +425,9 @@ def restore_files(saved: str) -> None:
         _log("restoring the work dir failed", e)
 
 
-def spawn(chan: socket.socket, interp: Interpreter, fd: int, seed: int | None, files: str | None = None) -> None:
+def spawn(
+    chan: socket.socket, interp: Interpreter, fd: int, seed: int | None, files: str | None = None
+) -> None:
     """Fork a live interpreter that serves requests on `fd` (the parent closes `fd`)."""
     try:
         pid = fork_keeping_rng()
@@ -483,8 +500,20 @@ def zygote(cfg: dict, chan: socket.socket) -> None:
     os.chdir(cfg["workdir"])
     os.environ["HOME"] = cfg["workdir"]
     os.environ["TMPDIR"] = cfg["workdir"]
-    LIMITS.update({k: cfg[k] for k in ("memory_mb", "file_size_mb", "max_open_files", "max_processes", "tmpfs_mb",
-                                       "snapshot_files_mb", "workdir")})
+    LIMITS.update(
+        {
+            k: cfg[k]
+            for k in (
+                "memory_mb",
+                "file_size_mb",
+                "max_open_files",
+                "max_processes",
+                "tmpfs_mb",
+                "snapshot_files_mb",
+                "workdir",
+            )
+        }
+    )
     LIMITS["snapshot_root"] = os.path.join(os.path.dirname(cfg["workdir"]), ".snapshots")
     if not cfg["netns"]:
         install_network_guard()
@@ -553,8 +582,16 @@ def _blocked_ancestor(path: str) -> str | None:
 
 def _python_paths() -> list[str]:
     """The directories the interpreter imports from (outermost ones only)."""
-    needed = sorted({os.path.realpath(p) for p in (sys.base_prefix, sys.prefix, *sys.path) if p and os.path.isdir(p)})
-    return [p for i, p in enumerate(needed) if not any(p.startswith(q + os.sep) for q in needed[:i])]
+    needed = sorted(
+        {
+            os.path.realpath(p)
+            for p in (sys.base_prefix, sys.prefix, *sys.path)
+            if p and os.path.isdir(p)
+        }
+    )
+    return [
+        p for i, p in enumerate(needed) if not any(p.startswith(q + os.sep) for q in needed[:i])
+    ]
 
 
 def expose_python(staging: str) -> list[str]:
@@ -578,7 +615,12 @@ def expose_python(staging: str) -> list[str]:
             os.makedirs(stage, exist_ok=True)
             if _libc.mount(path.encode(), stage.encode(), None, MS_BIND | MS_REC, None) == 0:
                 staged.append((path, stage))
-        if _libc.mount(b"tmpfs", blocker.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, b"size=1m,mode=755") != 0:
+        if (
+            _libc.mount(
+                b"tmpfs", blocker.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, b"size=1m,mode=755"
+            )
+            != 0
+        ):
             continue
         for path, stage in staged:
             os.makedirs(path, mode=0o755, exist_ok=True)
@@ -607,7 +649,10 @@ def private_mounts(cfg: dict) -> bool:
                 ok = ok and path != "/tmp"
     for path, fd in held:
         os.makedirs(path, mode=0o755, exist_ok=True)
-        if _libc.mount(f"/proc/self/fd/{fd}".encode(), path.encode(), None, MS_BIND | MS_REC, None) != 0:
+        if (
+            _libc.mount(f"/proc/self/fd/{fd}".encode(), path.encode(), None, MS_BIND | MS_REC, None)
+            != 0
+        ):
             _log("could not re-expose", path)
         os.close(fd)
     if ok and cfg["drop_privileges"]:
@@ -634,7 +679,11 @@ def bootstrap(cfg: dict) -> None:
         if _libc.unshare(CLONE_NEWNS) == 0:
             report["mountns"] = private_mounts(cfg)
         report["pidns"] = _libc.unshare(CLONE_NEWPID) == 0
-    if cfg["drop_privileges"] and not report["mountns"] and any(_blocked_ancestor(p) for p in _python_paths()):
+    if (
+        cfg["drop_privileges"]
+        and not report["mountns"]
+        and any(_blocked_ancestor(p) for p in _python_paths())
+    ):
         # the unprivileged uid could not even import the standard library: keep the uid
         # (namespaces and limits still apply) and say so in the isolation report
         cfg = {**cfg, "drop_privileges": False}

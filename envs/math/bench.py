@@ -33,8 +33,12 @@ HISTORY = (
     "total = 0\nfor k in range(1000):\n    total += f(k) % 7",
     "print(sol, total)",
 )
-GOALS = {"restore_fork_ms": ("<=", 1.0), "fork_speedup": (">=", 20.0), "restore_fork_then_cell_ms": ("<=", 3.0),
-         "cells_per_s": (">=", 3000.0)}
+GOALS = {
+    "restore_fork_ms": ("<=", 1.0),
+    "fork_speedup": (">=", 20.0),
+    "restore_fork_then_cell_ms": ("<=", 3.0),
+    "cells_per_s": (">=", 3000.0),
+}
 """issue 16's goals, for the default configuration (bwrap, every layer on)"""
 
 
@@ -42,7 +46,9 @@ def _layers() -> dict[str, SandboxConfig]:
     """The configurations measured side by side: every layer on, then one layer off at a time."""
     layers = {"bwrap": SandboxConfig(), "bwrap_no_seccomp": SandboxConfig(seccomp=False)}
     if os.geteuid() == 0:
-        layers["namespaces"] = SandboxConfig(isolation="namespaces")  # the first version's isolation
+        layers["namespaces"] = SandboxConfig(
+            isolation="namespaces"
+        )  # the first version's isolation
     layers["none"] = SandboxConfig(isolation="none")
     return layers
 
@@ -85,7 +91,9 @@ def _cell_rate(sandboxes: dict[str, Sandbox], seconds: float) -> dict[str, float
     return {name: counts[name] / busy[name] for name in sandboxes}
 
 
-def _interleaved(sandboxes: dict[str, Sandbox], seconds: float, repeats: int) -> dict[str, dict[str, Any]]:
+def _interleaved(
+    sandboxes: dict[str, Sandbox], seconds: float, repeats: int
+) -> dict[str, dict[str, Any]]:
     """Cells/s and restores of every configuration, round-robin.
 
     Each configuration gets the same slices of wall time in turn, and fork and replay
@@ -98,7 +106,9 @@ def _interleaved(sandboxes: dict[str, Sandbox], seconds: float, repeats: int) ->
         for code in HISTORY:
             assert sb.run(code).status == "ok", code
         handles[name] = sb.snapshot()
-    timing = {name: {"fork": [], "fork_cell": [], "replay": [], "replay_cell": []} for name in sandboxes}
+    timing = {
+        name: {"fork": [], "fork_cell": [], "replay": [], "replay_cell": []} for name in sandboxes
+    }
     for _ in range(repeats):
         for name, sb in sandboxes.items():
             for kind in ("fork", "replay"):
@@ -174,9 +184,19 @@ def run_bench(seconds: float = 2.0, repeats: int = 20, snapshots: int = 8) -> di
     layers = _measure_all(seconds, repeats)
     main = layers["bwrap"] if layers["bwrap"]["mode"] == "bwrap" else next(iter(layers.values()))
     base = layers.get("namespaces") or layers["none"]
-    cost = {name: {k: round(fig[k] / base[k], 2) for k in ("sandbox_start_s", "cells_per_s", "restore_fork_ms",
-                                                          "restore_fork_then_cell_ms") if base[k]}
-            for name, fig in layers.items()}
+    cost = {
+        name: {
+            k: round(fig[k] / base[k], 2)
+            for k in (
+                "sandbox_start_s",
+                "cells_per_s",
+                "restore_fork_ms",
+                "restore_fork_then_cell_ms",
+            )
+            if base[k]
+        }
+        for name, fig in layers.items()
+    }
     return {
         **{k: v for k, v in main.items() if k not in ("mode", "seccomp")},
         **_snapshot_memory(snapshots),
@@ -192,7 +212,9 @@ def run_bench(seconds: float = 2.0, repeats: int = 20, snapshots: int = 8) -> di
 
 
 def main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(prog="trace-gym bench math-env", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(
+        prog="trace-gym bench math-env", description=__doc__.splitlines()[0]
+    )
     p.add_argument("--json", type=Path, help="also write the figures to this JSON file")
     p.add_argument("--seconds", type=float, default=2.0, help="duration of the cells/s measurement")
     p.add_argument("--repeats", type=int, default=20, help="restores measured per method")
@@ -208,12 +230,21 @@ def main(argv: list[str]) -> int:
             ok = value <= target if op == "<=" else value >= target
             mark = f"   (goal {op} {target:g}: {'met' if ok else 'MISSED'})"
         print(f"{key:>28}: {value}{mark}")
-    keys = ("sandbox_start_s", "cells_per_s", "restore_fork_ms", "restore_replay_ms", "fork_speedup",
-            "restore_fork_then_cell_ms")
+    keys = (
+        "sandbox_start_s",
+        "cells_per_s",
+        "restore_fork_ms",
+        "restore_replay_ms",
+        "fork_speedup",
+        "restore_fork_then_cell_ms",
+    )
     print(f"\n{'layers side by side':>28}: " + "  ".join(f"{k:>14}" for k in keys))
     for name, fig in res["layers"].items():
         print(f"{name:>28}: " + "  ".join(f"{fig[k]:>14}" for k in keys))
-    print(f"\n{'cost vs ' + res['layer_cost_vs']:>28}: " + "  ".join(f"{k:>14}" for k in keys if k in res["layer_cost"]["none"]))
+    print(
+        f"\n{'cost vs ' + res['layer_cost_vs']:>28}: "
+        + "  ".join(f"{k:>14}" for k in keys if k in res["layer_cost"]["none"])
+    )
     for name, ratios in res["layer_cost"].items():
         print(f"{name:>28}: " + "  ".join(f"{ratios[k]:>13}x" for k in ratios))
     if args.json:

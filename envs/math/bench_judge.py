@@ -61,7 +61,11 @@ def _int_rewrites(s: str) -> list[str]:
 def _frac_rewrites(m: re.Match) -> list[str]:
     sign, a, b = m.group(1), int(m.group(2)), int(m.group(3))
     value = Fraction(a, b) * (-1 if sign else 1)
-    out = [f"{sign}{a}/{b}", f"{sign}\\frac{{{2 * a}}}{{{2 * b}}}", f"\\frac{{{value.numerator}}}{{{value.denominator}}}"]
+    out = [
+        f"{sign}{a}/{b}",
+        f"{sign}\\frac{{{2 * a}}}{{{2 * b}}}",
+        f"\\frac{{{value.numerator}}}{{{value.denominator}}}",
+    ]
     den = value.denominator
     for p in (2, 5):
         while den % p == 0:
@@ -85,7 +89,9 @@ def equivalent_rewrite(ref: str, rng: random.Random) -> str | None:
     elif (m := _ROOT.fullmatch(s)) is not None:
         options = [f"\\sqrt{{{int(m.group(1)) ** 2 * int(m.group(2))}}}"]
     elif "\\dfrac" in s or "\\frac" in s:
-        options = [s.replace("\\dfrac", "\\frac") if "\\dfrac" in s else s.replace("\\frac", "\\dfrac")]
+        options = [
+            s.replace("\\dfrac", "\\frac") if "\\dfrac" in s else s.replace("\\frac", "\\dfrac")
+        ]
     elif "\\pi" in s and "\\pi" == s[-3:] and _INT.fullmatch(s[:-3] or "x"):
         options = [f"{s[:-3]} \\cdot \\pi"]
     options = [o for o in options if o != s]
@@ -106,7 +112,9 @@ def perturb(ref: str) -> str | None:
     return None
 
 
-def build_pairs(data_dir: Path = DATA_DIR, per_file: int | None = None, seed: int = 0) -> list[Pair]:
+def build_pairs(
+    data_dir: Path = DATA_DIR, per_file: int | None = None, seed: int = 0
+) -> list[Pair]:
     """Three or four pairs per reference answer of each file (the first `per_file` answers of each)."""
     rng = random.Random(seed)
     pairs: list[Pair] = []
@@ -122,7 +130,11 @@ def build_pairs(data_dir: Path = DATA_DIR, per_file: int | None = None, seed: in
             wrong = perturb(ref)
             if wrong is not None:
                 pairs.append(Pair(wrong, ref, "perturbed", False, t.id))
-            other = next(a for a in answers[k + 1 :] + answers[:k] if a.replace(" ", "") != ref.replace(" ", ""))
+            other = next(
+                a
+                for a in answers[k + 1 :] + answers[:k]
+                if a.replace(" ", "") != ref.replace(" ", "")
+            )
             pairs.append(Pair(other, ref, "other", False, t.id))
     return pairs
 
@@ -141,9 +153,20 @@ def _summary(pairs: list[Pair], verdicts: list[dict[str, Any]], examples: int) -
     both, split, by_kind, unsure, off_label, ours_off = 0, [], Counter(), [], [], Counter()
     wrong = {"math_verify": 0, "ours": 0}
     for p, v in zip(pairs, verdicts, strict=True):
-        mv, ours, sure = v.get("math_verify"), v.get("canonical"), v.get("canonical_confident", False)
-        row = {"pred": p.pred, "ref": p.ref, "kind": p.kind, "label_equal": p.equal, "math_verify": mv,
-               "ours": ours, "source": p.source}
+        mv, ours, sure = (
+            v.get("math_verify"),
+            v.get("canonical"),
+            v.get("canonical_confident", False),
+        )
+        row = {
+            "pred": p.pred,
+            "ref": p.ref,
+            "kind": p.kind,
+            "label_equal": p.equal,
+            "math_verify": mv,
+            "ours": ours,
+            "source": p.source,
+        }
         if v.get("timed_out") or mv is None or not sure:
             by_kind[f"{p.kind}_unconfident"] += 1
             unsure.append(row)
@@ -158,7 +181,10 @@ def _summary(pairs: list[Pair], verdicts: list[dict[str, Any]], examples: int) -
         if bool(mv) != bool(ours):
             split.append(row)
     return {
-        "pairs": len(pairs), "both_confident": both, "agree": both - len(split), "disagree": len(split),
+        "pairs": len(pairs),
+        "both_confident": both,
+        "agree": both - len(split),
+        "disagree": len(split),
         "agreement": round((both - len(split)) / both, 5) if both else None,
         "confident_by_kind": dict(sorted(by_kind.items())),
         "math_verify_unconfident": sum(1 for v in verdicts if v.get("math_verify") is None),
@@ -172,8 +198,13 @@ def _summary(pairs: list[Pair], verdicts: list[dict[str, Any]], examples: int) -
     }
 
 
-def run(data_dir: Path = DATA_DIR, per_file: int | None = None, seed: int = 0, timeout_s: float = 20.0,
-        examples: int = 25) -> dict[str, Any]:
+def run(
+    data_dir: Path = DATA_DIR,
+    per_file: int | None = None,
+    seed: int = 0,
+    timeout_s: float = 20.0,
+    examples: int = 25,
+) -> dict[str, Any]:
     """Build the pairs, judge them all, and summarise the agreement."""
     t0 = time.monotonic()
     pairs = build_pairs(data_dir, per_file, seed)
@@ -186,8 +217,12 @@ def run(data_dir: Path = DATA_DIR, per_file: int | None = None, seed: int = 0, t
 def main(argv: list[str] | None = None) -> int:
     """`trace-gym bench judge`: our judge vs math-verify on pairs from ../shared/data/math."""
     ap = argparse.ArgumentParser(prog="trace-gym bench judge", description=main.__doc__)
-    ap.add_argument("--data", type=Path, default=DATA_DIR, help="folder with the DeepScaleR-format files")
-    ap.add_argument("--per-file", type=int, default=None, help="only the first N answers of each file")
+    ap.add_argument(
+        "--data", type=Path, default=DATA_DIR, help="folder with the DeepScaleR-format files"
+    )
+    ap.add_argument(
+        "--per-file", type=int, default=None, help="only the first N answers of each file"
+    )
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--timeout", type=float, default=20.0, help="hard deadline of one pair (s)")
     ap.add_argument("--examples", type=int, default=25, help="disagreements to list")
@@ -198,11 +233,17 @@ def main(argv: list[str] | None = None) -> int:
     report = run(args.data, args.per_file, args.seed, args.timeout, args.examples)
     if args.json:
         args.json.write_text(json.dumps(report, indent=1))
-    print(f"pairs {report['pairs']} ({report['kinds']}); both judges confident on {report['both_confident']}; "
-          f"agree {report['agree']}, disagree {report['disagree']} (agreement {report['agreement']})")
-    print(f"unconfident: math-verify {report['math_verify_unconfident']}, ours {report['ours_unconfident']}, "
-          f"timed out {report['timed_out']}; label errors {report['label_errors_when_both_confident']}")
+    print(
+        f"pairs {report['pairs']} ({report['kinds']}); both judges confident on {report['both_confident']}; "
+        f"agree {report['agree']}, disagree {report['disagree']} (agreement {report['agreement']})"
+    )
+    print(
+        f"unconfident: math-verify {report['math_verify_unconfident']}, ours {report['ours_unconfident']}, "
+        f"timed out {report['timed_out']}; label errors {report['label_errors_when_both_confident']}"
+    )
     for d in report["disagreements"]:
-        print(f"  {d['kind']:<9} pred={d['pred'][:50]!r} ref={d['ref'][:50]!r} math_verify={d['math_verify']} "
-              f"ours={d['ours']} ({d['source']})")
+        print(
+            f"  {d['kind']:<9} pred={d['pred'][:50]!r} ref={d['ref'][:50]!r} math_verify={d['math_verify']} "
+            f"ours={d['ours']} ({d['source']})"
+        )
     return 0

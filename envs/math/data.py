@@ -166,13 +166,17 @@ def load_records(path: str | Path) -> list[dict[str, Any]]:
     """The raw records of a JSON list, JSONL (optionally .gz) or parquet file."""
     path = Path(path)
     if not path.exists():
-        raise ConfigError(f"math dataset {str(path)!r} does not exist; pass a JSON, JSONL or parquet file path")
+        raise ConfigError(
+            f"math dataset {str(path)!r} does not exist; pass a JSON, JSONL or parquet file path"
+        )
     name = path.name.lower()
     if name.endswith(".parquet"):
         try:
             import pyarrow.parquet as pq
         except ImportError as e:
-            raise DependencyNotInstalled("pyarrow (to read parquet math datasets)", "pip install pyarrow") from e
+            raise DependencyNotInstalled(
+                "pyarrow (to read parquet math datasets)", "pip install pyarrow"
+            ) from e
         return pq.read_table(path).to_pylist()
     opener = gzip.open if name.endswith(".gz") else open
     with opener(path, "rt", encoding="utf-8") as f:
@@ -201,10 +205,16 @@ def _to_tasks(records: list[dict[str, Any]], stem: str, source: str = "") -> tup
         if tid in seen:
             tid = f"{tid}#{i}"
         seen.add(tid)
-        meta = {k: v for k, v in rec.items() if k not in ("problem", "answer", "solution", "id") and _jsonable(v)}
+        meta = {
+            k: v
+            for k, v in rec.items()
+            if k not in ("problem", "answer", "solution", "id") and _jsonable(v)
+        }
         answer = normalize_answer(rec["answer"], str(rec["problem"]))
         raw = rec["answer"]
-        coerced += raw is not None and not (isinstance(raw, str) and raw == answer and type(answer) is str)
+        coerced += raw is not None and not (
+            isinstance(raw, str) and raw == answer and type(answer) is str
+        )
         solution = rec.get("solution") or ""
         if isinstance(solution, list):  # OlympiadBench packages its solutions as a list of strings
             solution = "\n\n".join(str(x) for x in solution)
@@ -212,11 +222,20 @@ def _to_tasks(records: list[dict[str, Any]], stem: str, source: str = "") -> tup
     if not tasks:
         raise ConfigError(f"math dataset {stem!r} is empty")
     if coerced:
-        log.warning("%s: normalised the reference answers of %d of %d records (lists, numbers, whitespace, "
-                    "$...$, \\boxed; see docs/math.md, 'Answer normalisation')", source or stem, coerced, len(tasks))
+        log.warning(
+            "%s: normalised the reference answers of %d of %d records (lists, numbers, whitespace, "
+            "$...$, \\boxed; see docs/math.md, 'Answer normalisation')",
+            source or stem,
+            coerced,
+            len(tasks),
+        )
     missing = sum(1 for t in tasks if not t.answer)
     if missing:
-        log.warning("%d problems of %r have no reference answer; answers to them always score 0", missing, stem)
+        log.warning(
+            "%d problems of %r have no reference answer; answers to them always score 0",
+            missing,
+            stem,
+        )
     return tuple(tasks)
 
 
@@ -234,7 +253,9 @@ def _fingerprint(name: str, tasks: tuple[MathTask, ...]) -> str:
 def load_dataset(dataset: str | Path | None = None, limit: int | None = None) -> TaskSet:
     """The default embedded set (``None`` / ``"default"``) or a DeepScaleR-format file."""
     if dataset is None or str(dataset) == DEFAULT_DATASET:
-        text = resources.files("trace_gym.corpora").joinpath("math_default.jsonl").read_text("utf-8")
+        text = (
+            resources.files("trace_gym.corpora").joinpath("math_default.jsonl").read_text("utf-8")
+        )
         records = [json.loads(line) for line in text.splitlines() if line.strip()]
         name = DEFAULT_DATASET
     else:

@@ -131,7 +131,15 @@ class MathEnv(TraceEnv):
         self._sandbox.start()
         self._sandbox.discard_live()
         task = self._tasks.tasks[task_index]
-        info = {"dataset": self._tasks.name, "isolation": self._sandbox.isolation.get("mode"), **{k: v for k, v in task.meta.items() if k in ("topic", "type", "level", "difficulty", "year")}}
+        info = {
+            "dataset": self._tasks.name,
+            "isolation": self._sandbox.isolation.get("mode"),
+            **{
+                k: v
+                for k, v in task.meta.items()
+                if k in ("topic", "type", "level", "difficulty", "year")
+            },
+        }
         return PROMPT_TEMPLATE.format(problem=task.problem), info
 
     # ------------------------------------------------------------------ turns
@@ -163,16 +171,28 @@ class MathEnv(TraceEnv):
             self._rebuild()
             result = self._sandbox.run(code)
         cfg = self.config
-        obs = format_cell(result.status, result.output, result.total_chars, result.error,
-                          timeout_s=cfg.cell_timeout_s, cpu_s=cfg.cell_cpu_s)
+        obs = format_cell(
+            result.status,
+            result.output,
+            result.total_chars,
+            result.error,
+            timeout_s=cfg.cell_timeout_s,
+            cpu_s=cfg.cell_cpu_s,
+        )
         if blocks > 1:
             obs += "\n(Only the first of your code blocks was run.)"
         if result.threads:
-            obs += (f"\n(Note: {result.threads} thread(s) started by your code are still running; a checkpoint "
-                    "of this state is restored by re-running the code, not from a snapshot.)")
+            obs += (
+                f"\n(Note: {result.threads} thread(s) started by your code are still running; a checkpoint "
+                "of this state is restored by re-running the code, not from a snapshot.)"
+            )
             info["threads"] = result.threads
-        info.update(status=result.status, output_chars=result.total_chars,
-                    truncated=result.total_chars > len(result.output), elapsed_s=round(result.elapsed_s, 6))
+        info.update(
+            status=result.status,
+            output_chars=result.total_chars,
+            truncated=result.total_chars > len(result.output),
+            elapsed_s=round(result.elapsed_s, 6),
+        )
         if result.status in ("ok", "error"):
             self._ep.ledger.append(code)
         else:
@@ -193,22 +213,43 @@ class MathEnv(TraceEnv):
         assert task is not None
         self._ep.answer = answer
         if len(answer) > MAX_ANSWER_CHARS or not answer.strip():
-            verdict_info = {"correct": False, "method": "rejected", "math_verify": None, "canonical": None,
-                            "timed_out": False, "error": "empty or over-long answer"}
+            verdict_info = {
+                "correct": False,
+                "method": "rejected",
+                "math_verify": None,
+                "canonical": None,
+                "timed_out": False,
+                "error": "empty or over-long answer",
+            }
         else:
             try:
                 verdict_info = verify_answer(answer, task.answer, self._pool).to_info()
             except VerifierUnavailable as e:  # a bad answer is data: reward 0, the episode ends
                 log.warning("math env: %s", e)
-                verdict_info = {"correct": False, "method": "unavailable", "math_verify": None, "canonical": None,
-                                "timed_out": False, "error": str(e)}
+                verdict_info = {
+                    "correct": False,
+                    "method": "unavailable",
+                    "math_verify": None,
+                    "canonical": None,
+                    "timed_out": False,
+                    "error": str(e),
+                }
         correct = bool(verdict_info["correct"])
-        info = {"action": "answer", "answer": answer[:MAX_ANSWER_CHARS], "correct": correct, "verifier": verdict_info}
+        info = {
+            "action": "answer",
+            "answer": answer[:MAX_ANSWER_CHARS],
+            "correct": correct,
+            "verifier": verdict_info,
+        }
         return Transition(f"Final answer received: {answer[:200]}", float(correct), True, info)
 
     # ------------------------------------------------------------------ checkpoint hooks
     def _get_state(self) -> Any:
-        return {"ledger": tuple(self._ep.ledger), "cells": self._ep.cells, "answer": self._ep.answer}
+        return {
+            "ledger": tuple(self._ep.ledger),
+            "cells": self._ep.cells,
+            "answer": self._ep.answer,
+        }
 
     def _apply(self, payload: Any) -> None:
         self._ep = _Episode(list(payload["ledger"]), int(payload["cells"]), payload["answer"])
@@ -218,7 +259,9 @@ class MathEnv(TraceEnv):
         if not self._ep.ledger:
             self._sandbox.discard_live()
         elif not self._sandbox.replay(self._ep.ledger):
-            log.warning("math env: replaying a checkpoint's ledger did not finish; state may differ")
+            log.warning(
+                "math env: replaying a checkpoint's ledger did not finish; state may differ"
+            )
 
     def _local_handle(self) -> Any:
         if self._done or not self._sandbox.has_live:

@@ -111,9 +111,13 @@ def bwrap_problem() -> str | None:
     exe = shutil.which("bwrap")
     if exe is None:
         return "bwrap is not installed (apt-get install bubblewrap)"
-    probe = Launch([python_executable(), "-S", "-c", "print('ok')"], "bwrap", uid=_probe_uid(), seccomp=False)
+    probe = Launch(
+        [python_executable(), "-S", "-c", "print('ok')"], "bwrap", uid=_probe_uid(), seccomp=False
+    )
     try:
-        proc = launch(probe, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
+        proc = launch(
+            probe, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL
+        )
         out, err = proc.communicate(timeout=30)
     except (OSError, subprocess.SubprocessError) as e:
         return f"bwrap failed to start: {e}"
@@ -134,18 +138,34 @@ def choose_mode(requested: str) -> str:
     if problem is None:
         return "bwrap"
     if os.geteuid() == 0 and sys.platform.startswith("linux"):
-        log.warning("math sandbox: %s; falling back to kernel namespaces and an unprivileged uid "
-                    "(no read-only root, no seccomp)", problem)
+        log.warning(
+            "math sandbox: %s; falling back to kernel namespaces and an unprivileged uid "
+            "(no read-only root, no seccomp)",
+            problem,
+        )
         return "namespaces"
-    log.warning("math sandbox: %s and this process is not root: CELLS RUN WITHOUT ISOLATION "
-                "(resource limits only); they can read and write whatever this user can", problem)
+    log.warning(
+        "math sandbox: %s and this process is not root: CELLS RUN WITHOUT ISOLATION "
+        "(resource limits only); they can read and write whatever this user can",
+        problem,
+    )
     return "none"
 
 
 def _bwrap_argv(spec: Launch, fds: list[int]) -> list[str]:
     """The bwrap command line; `fds` collects the descriptors it needs passed."""
-    argv = ["bwrap", "--unshare-all", "--unshare-user", "--die-with-parent", "--new-session", "--as-pid-1",
-            "--disable-userns", "--cap-drop", "ALL", "--clearenv"]
+    argv = [
+        "bwrap",
+        "--unshare-all",
+        "--unshare-user",
+        "--die-with-parent",
+        "--new-session",
+        "--as-pid-1",
+        "--disable-userns",
+        "--cap-drop",
+        "ALL",
+        "--clearenv",
+    ]
     # /tmp first: a checkout (and its virtual environment) under /tmp is bound on top of it
     argv += ["--size", str(spec.tmpfs_mb << 20), "--tmpfs", "/tmp", "--dir", "/tmp/work"]
     argv += ["--ro-bind", "/usr", "/usr"]
@@ -198,7 +218,9 @@ def _unblock_plan(spec: Launch) -> list[tuple[str, list[str]]]:
     tmpfs in a mount namespace of its own and binds back only the needed trees. The host's
     own mounts are untouched.
     """
-    if spec.uid is None or not (spec.mode == "bwrap" or (spec.mode == "namespaces" and not spec.self_isolating)):
+    if spec.uid is None or not (
+        spec.mode == "bwrap" or (spec.mode == "namespaces" and not spec.self_isolating)
+    ):
         return []
     plan: dict[str, list[str]] = {}
     for path in [*python_paths(), *spec.expose]:
@@ -210,11 +232,19 @@ def _unblock_plan(spec: Launch) -> list[tuple[str, list[str]]]:
 
 def _unblock(plan: list[tuple[str, list[str]]]) -> None:
     libc = _libc()
-    if libc.unshare(_CLONE_NEWNS) != 0 or libc.mount(b"none", b"/", None, _MS_REC | _MS_PRIVATE, None) != 0:
+    if (
+        libc.unshare(_CLONE_NEWNS) != 0
+        or libc.mount(b"none", b"/", None, _MS_REC | _MS_PRIVATE, None) != 0
+    ):
         raise OSError("cannot make a private mount namespace to expose Python")
     for blocker, paths in plan:
         held = [(path, os.open(path, os.O_PATH)) for path in paths]  # opened in the new namespace
-        if libc.mount(b"tmpfs", blocker.encode(), b"tmpfs", _MS_NOSUID | _MS_NODEV, b"size=1m,mode=755") != 0:
+        if (
+            libc.mount(
+                b"tmpfs", blocker.encode(), b"tmpfs", _MS_NOSUID | _MS_NODEV, b"size=1m,mode=755"
+            )
+            != 0
+        ):
             raise OSError(f"cannot cover {blocker}")
         for path, fd in held:
             if os.path.isdir(f"/proc/self/fd/{fd}"):
@@ -222,7 +252,12 @@ def _unblock(plan: list[tuple[str, list[str]]]) -> None:
             else:
                 os.makedirs(os.path.dirname(path), mode=0o755, exist_ok=True)
                 open(path, "a").close()
-            if libc.mount(f"/proc/self/fd/{fd}".encode(), path.encode(), None, _MS_BIND | _MS_REC, None) != 0:
+            if (
+                libc.mount(
+                    f"/proc/self/fd/{fd}".encode(), path.encode(), None, _MS_BIND | _MS_REC, None
+                )
+                != 0
+            ):
                 raise OSError(f"cannot expose {path}")
 
 
@@ -272,8 +307,15 @@ def launch(spec: Launch, **popen: object) -> subprocess.Popen:
             argv = spec.argv
             preexec = _preexec(Launch(spec.argv, spec.mode, None, spec.cgroups), [])
             env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), **spec.env}
-        return subprocess.Popen(argv, pass_fds=(*spec.pass_fds, *fds), env=env, preexec_fn=preexec,  # noqa: PLW1509
-                                start_new_session=True, cwd="/", **popen)  # type: ignore[arg-type]
+        return subprocess.Popen(
+            argv,
+            pass_fds=(*spec.pass_fds, *fds),
+            env=env,
+            preexec_fn=preexec,  # noqa: PLW1509
+            start_new_session=True,
+            cwd="/",
+            **popen,
+        )  # type: ignore[arg-type]
     finally:
         for fd in fds:
             os.close(fd)

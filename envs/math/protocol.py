@@ -97,13 +97,17 @@ def parse_action(text: str) -> ParsedAction:
     return ParsedAction("invalid", None, None, 0)
 
 
-def format_cell(status: str, output: str, total_chars: int, error: str | None, *, timeout_s: float, cpu_s: float) -> str:
+def format_cell(
+    status: str, output: str, total_chars: int, error: str | None, *, timeout_s: float, cpu_s: float
+) -> str:
     """The observation for one executed cell: output, truncation marker, error or limit."""
     parts = []
     if output:
         text = output.rstrip("\n")
         if total_chars > len(output):
-            text += f"\n... [output truncated: {total_chars - len(output)} more characters not shown]"
+            text += (
+                f"\n... [output truncated: {total_chars - len(output)} more characters not shown]"
+            )
         parts.append(text)
     if error:
         parts.append(error.rstrip("\n"))

@@ -99,19 +99,38 @@ class SandboxConfig:
     """extra environment variables for the interpreter"""
 
     def __post_init__(self) -> None:
-        for name in ("cell_timeout_s", "cell_cpu_s", "total_cpu_s", "start_timeout_s", "fork_timeout_s"):
+        for name in (
+            "cell_timeout_s",
+            "cell_cpu_s",
+            "total_cpu_s",
+            "start_timeout_s",
+            "fork_timeout_s",
+        ):
             if not getattr(self, name) > 0:
                 raise ConfigError(f"SandboxConfig.{name} must be > 0, got {getattr(self, name)!r}")
-        for name in ("memory_mb", "file_size_mb", "tmpfs_mb", "snapshot_files_mb", "max_open_files", "max_snapshots",
-                     "extra_processes"):
+        for name in (
+            "memory_mb",
+            "file_size_mb",
+            "tmpfs_mb",
+            "snapshot_files_mb",
+            "max_open_files",
+            "max_snapshots",
+            "extra_processes",
+        ):
             if int(getattr(self, name)) < 1:
                 raise ConfigError(f"SandboxConfig.{name} must be >= 1, got {getattr(self, name)!r}")
         if not 1 <= self.max_output_chars <= 100_000:
-            raise ConfigError(f"SandboxConfig.max_output_chars must be in [1, 100000], got {self.max_output_chars}")
+            raise ConfigError(
+                f"SandboxConfig.max_output_chars must be in [1, 100000], got {self.max_output_chars}"
+            )
         if self.memory_mb < 256:
-            raise ConfigError("SandboxConfig.memory_mb below 256 cannot hold the interpreter; use >= 256")
+            raise ConfigError(
+                "SandboxConfig.memory_mb below 256 cannot hold the interpreter; use >= 256"
+            )
         if self.isolation not in iso.MODES:
-            raise ConfigError(f"SandboxConfig.isolation must be one of {iso.MODES}, got {self.isolation!r}")
+            raise ConfigError(
+                f"SandboxConfig.isolation must be one of {iso.MODES}, got {self.isolation!r}"
+            )
         self.preload = tuple(self.preload)
 
 
@@ -242,12 +261,22 @@ class Sandbox:
         }
         spec = iso.Launch(
             [python, "-s", inside, json.dumps(self._worker_config(theirs.fileno()))],
-            self.mode or "none", uid=self._uid, cgroups=self._cgroups, expose={str(_WORKER): inside},
-            tmpfs_mb=cfg.tmpfs_mb, env=env, pass_fds=(theirs.fileno(),), seccomp=cfg.seccomp,
+            self.mode or "none",
+            uid=self._uid,
+            cgroups=self._cgroups,
+            expose={str(_WORKER): inside},
+            tmpfs_mb=cfg.tmpfs_mb,
+            env=env,
+            pass_fds=(theirs.fileno(),),
+            seccomp=cfg.seccomp,
         )
         try:
-            self._boot = iso.launch(spec, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
-                                    stderr=None if "TRACE_GYM_SANDBOX_DEBUG" in env else subprocess.DEVNULL)
+            self._boot = iso.launch(
+                spec,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.DEVNULL,
+                stderr=None if "TRACE_GYM_SANDBOX_DEBUG" in env else subprocess.DEVNULL,
+            )
         except (OSError, subprocess.SubprocessError) as e:
             self.close()
             raise SandboxError(f"the math sandbox could not be launched ({self.mode}): {e}") from e
@@ -306,8 +335,10 @@ class Sandbox:
             "cgroup": bool(self._cgroups),
         }
         if mode == "namespaces" and self._uid is not None and not report.get("uid_dropped"):
-            log.warning("math sandbox: the Python installation is not readable by an unprivileged uid "
-                        "and there is no mount namespace; cells run as root (namespaces and limits still apply)")
+            log.warning(
+                "math sandbox: the Python installation is not readable by an unprivileged uid "
+                "and there is no mount namespace; cells run as root (namespaces and limits still apply)"
+            )
             self._uid = None
             self.isolation["uid"] = None
 
@@ -383,8 +414,13 @@ class Sandbox:
             cfg = self.config
             t0 = time.monotonic()
             self._seq += 1
-            request = {"op": "exec", "code": code, "max_chars": cfg.max_output_chars, "cpu_s": cfg.cell_cpu_s,
-                       "seq": self._seq}
+            request = {
+                "op": "exec",
+                "code": code,
+                "max_chars": cfg.max_output_chars,
+                "cpu_s": cfg.cell_cpu_s,
+                "seq": self._seq,
+            }
             try:
                 send(live.chan, request)  # type: ignore[union-attr]
                 reply, _pid = recv(live.chan, t0 + cfg.cell_timeout_s, self._seq)  # type: ignore[union-attr]
@@ -396,14 +432,23 @@ class Sandbox:
                 # the CPU limit stopped the cell mid-way: the same stop as the wall limit (which of
                 # the two fires first depends on the machine's load), so its state is not kept
                 self._kill_live()
-                return CellResult("timeout", str(reply.get("output", "")), _int(reply.get("total_chars")),
-                                  str(reply.get("error") or "CpuLimit"), elapsed)
+                return CellResult(
+                    "timeout",
+                    str(reply.get("output", "")),
+                    _int(reply.get("total_chars")),
+                    str(reply.get("error") or "CpuLimit"),
+                    elapsed,
+                )
             if reply is not None and "output" in reply:
                 self._live_threads = _int(reply.get("threads"))
-                return CellResult("error" if reply.get("error") else "ok", str(reply.get("output", "")),
-                                  _int(reply.get("total_chars")),
-                                  None if reply.get("error") is None else str(reply["error"]), elapsed,
-                                  self._live_threads)
+                return CellResult(
+                    "error" if reply.get("error") else "ok",
+                    str(reply.get("output", "")),
+                    _int(reply.get("total_chars")),
+                    None if reply.get("error") is None else str(reply["error"]),
+                    elapsed,
+                    self._live_threads,
+                )
             timed_out = elapsed >= cfg.cell_timeout_s and live.alive()  # type: ignore[union-attr]
             self._kill_live()
             return CellResult("timeout" if timed_out else "crashed", "", 0, None, elapsed)
@@ -416,7 +461,9 @@ class Sandbox:
                     # every ledger cell finished once, so a cell dying in the replay means the
                     # sandbox itself is broken (e.g. a cell killed its processes): replay once
                     # more in a whole new sandbox rather than give back a half-built state
-                    log.warning("math sandbox: a ledger cell died during replay; restarting the sandbox")
+                    log.warning(
+                        "math sandbox: a ledger cell died during replay; restarting the sandbox"
+                    )
                     self.close()
                 self.fresh()
                 if all(self.run(code).status not in ("timeout", "crashed") for code in ledger):
@@ -528,8 +575,11 @@ class Sandbox:
         if not snap.adopt(msg, pid) or not msg.get("files", True):  # type: ignore[union-attr]
             snap.kill()
             spare_mine.close()
-            log.warning("math sandbox: snapshot fork failed or its work dir is over %d MiB; restore will replay "
-                        "the ledger", self.config.snapshot_files_mb)
+            log.warning(
+                "math sandbox: snapshot fork failed or its work dir is over %d MiB; restore will replay "
+                "the ledger",
+                self.config.snapshot_files_mb,
+            )
             if ack is None:
                 self._kill_live()
             return None, None
@@ -591,7 +641,9 @@ class Sandbox:
         name = f"trace_gym_math_{os.getpid()}_{self.token}"  # the owner's pid: see _stale_cgroups
         made = []
         for base in (*_CGROUP_V2, _CGROUP_V1):
-            if not os.path.exists(os.path.join(base, "cgroup.procs")) or any(m.startswith(base + "/") for m in made):
+            if not os.path.exists(os.path.join(base, "cgroup.procs")) or any(
+                m.startswith(base + "/") for m in made
+            ):
                 continue
             if base != _CGROUP_V1 and not os.path.exists(os.path.join(base, "cgroup.controllers")):
                 continue
@@ -658,4 +710,3 @@ def _stale_cgroups(base: str) -> list[Path]:
                 continue
         stale.append(path)  # a dead owner, or a name from before owners were recorded
     return stale
-

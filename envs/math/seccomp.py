@@ -27,25 +27,83 @@ import os
 log = logging.getLogger(__name__)
 
 DENIED = (
-    "ptrace", "process_vm_readv", "process_vm_writev", "kcmp", "pidfd_getfd",
-    "mount", "umount2", "pivot_root", "chroot", "move_mount", "open_tree", "fsopen", "fsconfig", "fsmount", "fspick",
-    "mount_setattr", "unshare", "setns", "bpf", "keyctl", "add_key", "request_key", "perf_event_open",
-    "init_module", "finit_module", "delete_module", "kexec_load", "kexec_file_load", "reboot", "swapon", "swapoff",
-    "acct", "quotactl", "syslog", "vhangup", "userfaultfd", "io_uring_setup", "io_uring_enter", "io_uring_register",
-    "open_by_handle_at", "name_to_handle_at", "lookup_dcookie", "fanotify_init", "uselib",
-    "iopl", "ioperm", "settimeofday", "clock_settime", "clock_adjtime", "adjtimex", "nfsservctl",
+    "ptrace",
+    "process_vm_readv",
+    "process_vm_writev",
+    "kcmp",
+    "pidfd_getfd",
+    "mount",
+    "umount2",
+    "pivot_root",
+    "chroot",
+    "move_mount",
+    "open_tree",
+    "fsopen",
+    "fsconfig",
+    "fsmount",
+    "fspick",
+    "mount_setattr",
+    "unshare",
+    "setns",
+    "bpf",
+    "keyctl",
+    "add_key",
+    "request_key",
+    "perf_event_open",
+    "init_module",
+    "finit_module",
+    "delete_module",
+    "kexec_load",
+    "kexec_file_load",
+    "reboot",
+    "swapon",
+    "swapoff",
+    "acct",
+    "quotactl",
+    "syslog",
+    "vhangup",
+    "userfaultfd",
+    "io_uring_setup",
+    "io_uring_enter",
+    "io_uring_register",
+    "open_by_handle_at",
+    "name_to_handle_at",
+    "lookup_dcookie",
+    "fanotify_init",
+    "uselib",
+    "iopl",
+    "ioperm",
+    "settimeofday",
+    "clock_settime",
+    "clock_adjtime",
+    "adjtimex",
+    "nfsservctl",
 )
 """system calls that fail with EPERM (names this kernel's libseccomp does not know are skipped)"""
 
 _ALLOW = 0x7FFF0000
-_CLONE_NS = 0x00020000 | 0x02000000 | 0x04000000 | 0x08000000 | 0x10000000 | 0x20000000 | 0x40000000 | 0x00000080
+_CLONE_NS = (
+    0x00020000
+    | 0x02000000
+    | 0x04000000
+    | 0x08000000
+    | 0x10000000
+    | 0x20000000
+    | 0x40000000
+    | 0x00000080
+)
 _TIOCSTI = 0x5412
 _SCMP_CMP_MASKED_EQ = 7
 _SCMP_FLTATR_CTL_OPTIMIZE = 8
 
 
 class _Cmp(ctypes.Structure):
-    _fields_ = [("arg", ctypes.c_uint), ("op", ctypes.c_int), ("datum_a", ctypes.c_uint64), ("datum_b", ctypes.c_uint64)]
+    _fields_ = [
+        ("arg", ctypes.c_uint),
+        ("op", ctypes.c_int),
+        ("datum_a", ctypes.c_uint64),
+        ("datum_b", ctypes.c_uint64),
+    ]
 
 
 def _errno(code: int) -> int:
@@ -62,7 +120,13 @@ def _lib() -> ctypes.CDLL | None:
     lib.seccomp_init.restype = ctypes.c_void_p
     lib.seccomp_init.argtypes = [ctypes.c_uint32]
     lib.seccomp_syscall_resolve_name.argtypes = [ctypes.c_char_p]
-    lib.seccomp_rule_add_array.argtypes = [ctypes.c_void_p, ctypes.c_uint32, ctypes.c_int, ctypes.c_uint, ctypes.POINTER(_Cmp)]
+    lib.seccomp_rule_add_array.argtypes = [
+        ctypes.c_void_p,
+        ctypes.c_uint32,
+        ctypes.c_int,
+        ctypes.c_uint,
+        ctypes.POINTER(_Cmp),
+    ]
     lib.seccomp_export_bpf.argtypes = [ctypes.c_void_p, ctypes.c_int]
     lib.seccomp_release.argtypes = [ctypes.c_void_p]
     lib.seccomp_attr_set.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_uint32]
@@ -93,9 +157,21 @@ def program() -> bytes | None:
         denied = [n for n in DENIED if _rule(lib, ctx, _errno(errno.EPERM), n)]
         for bit in range(32):  # any single namespace bit set is enough to refuse
             if _CLONE_NS & (1 << bit):
-                _rule(lib, ctx, _errno(errno.EPERM), "clone", _Cmp(0, _SCMP_CMP_MASKED_EQ, 1 << bit, 1 << bit))
+                _rule(
+                    lib,
+                    ctx,
+                    _errno(errno.EPERM),
+                    "clone",
+                    _Cmp(0, _SCMP_CMP_MASKED_EQ, 1 << bit, 1 << bit),
+                )
         _rule(lib, ctx, _errno(errno.ENOSYS), "clone3")
-        _rule(lib, ctx, _errno(errno.EPERM), "ioctl", _Cmp(1, _SCMP_CMP_MASKED_EQ, 0xFFFFFFFF, _TIOCSTI))
+        _rule(
+            lib,
+            ctx,
+            _errno(errno.EPERM),
+            "ioctl",
+            _Cmp(1, _SCMP_CMP_MASKED_EQ, 0xFFFFFFFF, _TIOCSTI),
+        )
         read, write = os.pipe()
         try:
             if lib.seccomp_export_bpf(ctx, write) != 0:

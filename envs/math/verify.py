@@ -36,7 +36,16 @@ from trace_gym.envs.math._judge import canonical_equal, judge, normalize, parse_
 
 from trace_gym.errors import ConfigError, TraceGymError
 
-__all__ = ["Verdict", "VerifierPool", "canonical_equal", "judge", "normalize", "parse_math", "to_sympy", "verify_answer"]
+__all__ = [
+    "Verdict",
+    "VerifierPool",
+    "canonical_equal",
+    "judge",
+    "normalize",
+    "parse_math",
+    "to_sympy",
+    "verify_answer",
+]
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +81,9 @@ class _Worker:
                 raise
             # a fallback machine where even the launcher's own isolation cannot start Python:
             # keep rewards working (our judge never evaluates text) and say so loudly
-            log.warning("math verifier: the isolated worker did not start; RUNNING THE VERIFIER UNISOLATED")
+            log.warning(
+                "math verifier: the isolated worker did not start; RUNNING THE VERIFIER UNISOLATED"
+            )
             self.mode = "none"
             self._start(start_timeout_s)
 
@@ -80,20 +91,45 @@ class _Worker:
         root = os.geteuid() == 0
         bwrap = self.mode == "bwrap"
         inside = iso.exposed_path(_JUDGE) if bwrap else str(_JUDGE)
-        env = {"PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1", "OPENBLAS_NUM_THREADS": "1", "LANG": "C.UTF-8"}
+        env = {
+            "PYTHONHASHSEED": "0",
+            "PYTHONDONTWRITEBYTECODE": "1",
+            "OPENBLAS_NUM_THREADS": "1",
+            "LANG": "C.UTF-8",
+        }
         if bwrap:
             env["PYTHONPATH"] = iso.sandbox_pythonpath()
-        spec = iso.Launch([iso.python_executable() if bwrap else sys.executable, "-s", inside, str(WORKER_MEMORY_MB)],
-                          self.mode, uid=iso.free_uid() if root and self.mode != "none" else None,
-                          expose={str(_JUDGE): inside}, tmpfs_mb=16, env=env, self_isolating=False)
+        spec = iso.Launch(
+            [
+                iso.python_executable() if bwrap else sys.executable,
+                "-s",
+                inside,
+                str(WORKER_MEMORY_MB),
+            ],
+            self.mode,
+            uid=iso.free_uid() if root and self.mode != "none" else None,
+            expose={str(_JUDGE): inside},
+            tmpfs_mb=16,
+            env=env,
+            self_isolating=False,
+        )
         try:
-            self.proc = iso.launch(spec, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                                   text=True)
+            self.proc = iso.launch(
+                spec,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                text=True,
+            )
         except (OSError, subprocess.SubprocessError) as e:
-            raise VerifierUnavailable(f"the math verifier worker could not be launched ({self.mode}): {e}") from e
+            raise VerifierUnavailable(
+                f"the math verifier worker could not be launched ({self.mode}): {e}"
+            ) from e
         if self.readline(start_timeout_s) is None:
             self.kill()
-            raise VerifierUnavailable(f"the math verifier worker did not start (isolation {self.mode})")
+            raise VerifierUnavailable(
+                f"the math verifier worker did not start (isolation {self.mode})"
+            )
 
     def readline(self, timeout_s: float) -> dict | None:
         ready = select.select([self.proc.stdout], [], [], timeout_s)[0]
@@ -121,10 +157,22 @@ class VerifierUnavailable(TraceGymError, RuntimeError):
 class VerifierPool:
     """Worker processes that run `judge` under a hard deadline (killed when they overrun)."""
 
-    def __init__(self, workers: int = 1, timeout_s: float = 10.0, inner_timeout_s: int = 3, start_timeout_s: float = 60.0):
+    def __init__(
+        self,
+        workers: int = 1,
+        timeout_s: float = 10.0,
+        inner_timeout_s: int = 3,
+        start_timeout_s: float = 60.0,
+    ):
         if workers < 1 or timeout_s <= 0 or inner_timeout_s < 1:
-            raise ConfigError("VerifierPool needs workers >= 1, timeout_s > 0 and inner_timeout_s >= 1")
-        self.timeout_s, self.inner_timeout_s, self.start_timeout_s = timeout_s, inner_timeout_s, start_timeout_s
+            raise ConfigError(
+                "VerifierPool needs workers >= 1, timeout_s > 0 and inner_timeout_s >= 1"
+            )
+        self.timeout_s, self.inner_timeout_s, self.start_timeout_s = (
+            timeout_s,
+            inner_timeout_s,
+            start_timeout_s,
+        )
         self._free: list[_Worker] = []
         self._slots = threading.Semaphore(workers)
         self._lock = threading.Lock()

@@ -7,8 +7,8 @@ import subprocess
 import sys
 
 import pytest
-
 from trace_gym.bench.replay_cost import table_cost
+
 from trace_gym.budget import Budget
 from trace_gym.errors import ConfigError
 
@@ -16,15 +16,34 @@ pytest.importorskip("torch")
 
 
 def _cli(*args):
-    return subprocess.run([sys.executable, "-m", "trace_gym.cli", "bench", *args], capture_output=True,
-                          text=True, timeout=600)
+    return subprocess.run(
+        [sys.executable, "-m", "trace_gym.cli", "bench", *args],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
 
 
 @pytest.mark.slow
 def test_replay_cost_cli_on_hf_writes_the_table(countdown_model_dir, tmp_path):
     out = tmp_path / "rc.json"
-    r = _cli("replay-cost", "--engines", "hf", "--envs", "trace/Sim-v0", "--tasks", "2", "--max-turns", "3",
-             "--max-new-tokens", "8", "--model", str(countdown_model_dir), "--json", str(out))
+    r = _cli(
+        "replay-cost",
+        "--engines",
+        "hf",
+        "--envs",
+        "trace/Sim-v0",
+        "--tasks",
+        "2",
+        "--max-turns",
+        "3",
+        "--max-new-tokens",
+        "8",
+        "--model",
+        str(countdown_model_dir),
+        "--json",
+        str(out),
+    )
     assert r.returncode == 0, r.stderr[-2000:]
     res = json.loads(out.read_text())
     table = res["replay_cost_by_depth"]["trace/Sim-v0"]["hf"]
@@ -40,8 +59,21 @@ def test_replay_cost_cli_on_hf_writes_the_table(countdown_model_dir, tmp_path):
 @pytest.mark.slow
 def test_generate_cli_on_hf_reports_tokens_per_s(countdown_model_dir, tmp_path):
     out = tmp_path / "gen.json"
-    r = _cli("generate", "--engines", "hf", "--env", "trace/Sim-v0", "--prompts", "4",
-             "--max-new-tokens", "8", "--model", str(countdown_model_dir), "--json", str(out))
+    r = _cli(
+        "generate",
+        "--engines",
+        "hf",
+        "--env",
+        "trace/Sim-v0",
+        "--prompts",
+        "4",
+        "--max-new-tokens",
+        "8",
+        "--model",
+        str(countdown_model_dir),
+        "--json",
+        str(out),
+    )
     assert r.returncode == 0, r.stderr[-2000:]
     res = json.loads(out.read_text())
     assert set(res["tokens_per_s"]) == {"hf", "hf_policy"}

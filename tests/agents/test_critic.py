@@ -20,7 +20,13 @@ from trace_gym.predict import (  # noqa: E402
 )
 from trace_gym.predict.base import Predictor, State  # noqa: E402
 
-SMALL = {"vocab_size": 384, "hidden_size": 32, "intermediate_size": 64, "head_dim": 16, "episodes_per_env": 16}
+SMALL = {
+    "vocab_size": 384,
+    "hidden_size": 32,
+    "intermediate_size": 64,
+    "head_dim": 16,
+    "episodes_per_env": 16,
+}
 
 
 @pytest.fixture(scope="module")
@@ -29,7 +35,9 @@ def critic():
 
 
 def test_registered_and_a_predictor(critic):
-    assert PREDICTORS["critic"] == "trace_gym.agents.critic:CriticPredictor"  # by string: the core never imports it
+    assert (
+        PREDICTORS["critic"] == "trace_gym.agents.critic:CriticPredictor"
+    )  # by string: the core never imports it
     assert predictor_class("critic") is CriticPredictor
     assert isinstance(critic, Predictor)
 
@@ -40,7 +48,9 @@ def test_state_dict_round_trip():
 
     import torch
 
-    critic = CriticPredictor(tiny=SMALL, max_tokens=48, lr=3e-3, batch_size=8, epochs=1, device="cpu")
+    critic = CriticPredictor(
+        tiny=SMALL, max_tokens=48, lr=3e-3, batch_size=8, epochs=1, device="cpu"
+    )
     states = [State(f"q{i}", f"question {i} {'yes' if i % 3 else 'no'}") for i in range(12)]
     y = np.array([float(i % 3 > 0) for i in range(12)])
     critic.update(states, y)
@@ -49,7 +59,9 @@ def test_state_dict_round_trip():
     critic.update(states, 1.0 - y)  # the state is a copy: later training does not reach it
     assert not np.allclose(critic.predict(states), snapshot)
     state = pickle.loads(pickle.dumps(state))  # what a checkpoint stores
-    other = CriticPredictor(tiny=SMALL, max_tokens=48, lr=3e-3, batch_size=8, epochs=1, device="cpu", seed=7)
+    other = CriticPredictor(
+        tiny=SMALL, max_tokens=48, lr=3e-3, batch_size=8, epochs=1, device="cpu", seed=7
+    )
     assert not np.allclose(other.predict(states), snapshot)
     other.load_state_dict(state)
     np.testing.assert_allclose(other.predict(states), snapshot, atol=1e-6)
@@ -95,9 +107,13 @@ def _sim_trees(tasks, seed):
     from trace_gym.runner import BranchingRunner, RunnerConfig
     from trace_gym.sim import SimPolicy
 
-    r = BranchingRunner(SimPolicy("hotpotqa-luck"), lambda: gym.make("trace/Sim-v0", preset="hotpotqa-luck", num_tasks=600),
-                        make_allocator("treepo", m_max=8, group_size=4), None,
-                        RunnerConfig(root_budget=4 * len(tasks), replays_per_root=1, seed=seed))
+    r = BranchingRunner(
+        SimPolicy("hotpotqa-luck"),
+        lambda: gym.make("trace/Sim-v0", preset="hotpotqa-luck", num_tasks=600),
+        make_allocator("treepo", m_max=8, group_size=4),
+        None,
+        RunnerConfig(root_budget=4 * len(tasks), replays_per_root=1, seed=seed),
+    )
     return r.run_step(0, tasks).trees
 
 
@@ -112,7 +128,9 @@ def _spearman_vs_truth(pred, trees):
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(1800)  # 6 critic updates + 7 scorings: 600 s was not enough at load 9 on 2 cores
+@pytest.mark.timeout(
+    1800
+)  # 6 critic updates + 7 scorings: 600 s was not enough at load 9 on 2 cores
 def test_critic_beats_features_on_held_out_sim_trees():
     """Online, as in the runner: each step brings fresh simulator trees (60 new tasks, random
     branching); both predictors take one update on the same batch (prefix share 0.5), then
@@ -121,18 +139,30 @@ def test_critic_beats_features_on_held_out_sim_trees():
     the end."""
     test = _sim_trees([f"sim-hotpotqa-0-{i}" for i in range(500, 560)], seed=99)
     feat = make_predictor("features")
-    crit = make_predictor("critic", lr=3e-4, epochs=2, batch_size=16, max_tokens=256, device="cpu",
-                          pooling="last+mean", weight_decay=0.01)
+    crit = make_predictor(
+        "critic",
+        lr=3e-4,
+        epochs=2,
+        batch_size=16,
+        max_tokens=256,
+        device="cpu",
+        pooling="last+mean",
+        weight_decay=0.01,
+    )
     rng = np.random.default_rng(0)
     curve = []
     for step in range(6):
-        trees = _sim_trees([f"sim-hotpotqa-0-{i}" for i in range(60 * step, 60 * step + 60)], seed=step)
+        trees = _sim_trees(
+            [f"sim-hotpotqa-0-{i}" for i in range(60 * step, 60 * step + 60)], seed=step
+        )
         batch = training_batch(trees, prefix_share=0.5, rng=rng)
         feat.update(*batch)
         crit.update(*batch)
         curve.append((_spearman_vs_truth(crit, test), _spearman_vs_truth(feat, test)))
     c, f = np.mean(curve, axis=0)
-    print("held-out Spearman vs true values per step (critic, features):", np.round(curve, 3).tolist())
+    print(
+        "held-out Spearman vs true values per step (critic, features):", np.round(curve, 3).tolist()
+    )
     print(f"mean over steps: critic {c:.3f}, features {f:.3f}")
     assert c > f
     assert curve[-1][0] > curve[-1][1]

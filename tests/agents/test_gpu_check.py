@@ -20,9 +20,26 @@ ENV = {**os.environ, "PYTHON": sys.executable}
 
 @pytest.mark.slow
 def test_gpu_check_tiny_cpu_runs_one_full_training_step():
-    r = subprocess.run([str(ROOT / "scripts" / "gpu_check.sh"), "--tiny", "--device", "cpu", "--modes", "lora",
-                        "--predictors", "empirical", "--roots", "4", "--new-tokens", "8"],
-                       capture_output=True, text=True, timeout=600, env={**ENV, "GPU_CHECK": "step"})
+    r = subprocess.run(
+        [
+            str(ROOT / "scripts" / "gpu_check.sh"),
+            "--tiny",
+            "--device",
+            "cpu",
+            "--modes",
+            "lora",
+            "--predictors",
+            "empirical",
+            "--roots",
+            "4",
+            "--new-tokens",
+            "8",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**ENV, "GPU_CHECK": "step"},
+    )
     assert r.returncode == 0, r.stderr[-2000:]
     rows = [json.loads(line) for line in r.stdout.splitlines() if line.startswith("{")]
     assert len(rows) == 1
@@ -39,14 +56,25 @@ def test_gpu_check_without_cuda_says_so():
 
     if torch.cuda.is_available():
         pytest.skip("a CUDA device is present")
-    r = subprocess.run([str(ROOT / "scripts" / "gpu_check.sh")], capture_output=True, text=True, timeout=120, env=ENV)
+    r = subprocess.run(
+        [str(ROOT / "scripts" / "gpu_check.sh")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=ENV,
+    )
     assert r.returncode == 3 and "no CUDA device" in r.stdout
 
 
 @pytest.mark.slow
 def test_gpu_check_fsdp_tiny_cpu_runs_both_world_sizes_and_the_memory_formula():
-    r = subprocess.run([str(ROOT / "scripts" / "gpu_check.sh"), "--tiny", "--device", "cpu"],
-                       capture_output=True, text=True, timeout=600, env={**ENV, "GPU_CHECK": "fsdp"})
+    r = subprocess.run(
+        [str(ROOT / "scripts" / "gpu_check.sh"), "--tiny", "--device", "cpu"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**ENV, "GPU_CHECK": "fsdp"},
+    )
     assert r.returncode == 0, r.stderr[-2000:]
     rows = [json.loads(line) for line in r.stdout.splitlines() if line.startswith("{")]
     bench = [row for row in rows if row["check"] == "fsdp_bench"]

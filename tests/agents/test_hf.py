@@ -19,7 +19,9 @@ ENV = "trace/Countdown-v0"
 
 
 def _conv(prompt, turns=(), seed=0, prompt_ids=None):
-    return Conversation(ENV, "count-1", prompt, tuple(turns), seed=seed, prompt_token_ids=prompt_ids)
+    return Conversation(
+        ENV, "count-1", prompt, tuple(turns), seed=seed, prompt_token_ids=prompt_ids
+    )
 
 
 def _episode(policy, env, seed, max_turns=4):
@@ -52,7 +54,10 @@ def test_observation_wrap_follows_the_template(countdown_policy_factory):
     tok = pol.tokenizer
     fmt = pol.chat.format(ENV)
     obs = pol.chat.obs_ids("total=3 <|im_end|>", fmt, tok.encode("add 3", add_special_tokens=False))
-    assert tok.decode(obs) == "<|im_end|>\n<|im_start|>user\ntotal=3 <|im_end|><|im_end|>\n<|im_start|>assistant\n"
+    assert (
+        tok.decode(obs)
+        == "<|im_end|>\n<|im_start|>user\ntotal=3 <|im_end|><|im_end|>\n<|im_start|>assistant\n"
+    )
     # an observation cannot inject a template marker: its text is tokenised with specials split
     assert obs.count(tok.convert_tokens_to_ids("<|im_end|>")) == 2
     # a turn that already ended with the end-of-turn token is not closed twice
@@ -142,7 +147,14 @@ def test_context_overflow_is_flagged(countdown_policy_factory):
 def test_a_bad_conversation_fails_alone(countdown_policy_factory):
     pol = countdown_policy_factory()
     prompt = CountdownEnv().reset(options={"task": 1})[0]
-    bad = Conversation(ENV, "count-1", prompt, (Turn("x", "y", token_ids=[10**9]),), seed=0, prompt_token_ids=(1, 2))
+    bad = Conversation(
+        ENV,
+        "count-1",
+        prompt,
+        (Turn("x", "y", token_ids=[10**9]),),
+        seed=0,
+        prompt_token_ids=(1, 2),
+    )
     outs = pol.generate([bad, _conv(prompt, seed=1)])
     assert outs[0].error is not None
     assert outs[1].error is None and outs[1].token_ids
@@ -154,8 +166,13 @@ def test_tools_go_through_the_native_template_argument(countdown_policy_factory)
     from trace_gym.agents.formats import FORMATS
 
     pol = countdown_policy_factory()
-    tool = {"type": "function", "function": {"name": "mkdir", "description": "make a dir", "parameters": {}}}
-    conv = Conversation("trace/BFCL-v0", "b0", "make a dir", (), seed=0, reset_info={"tools": [tool]})
+    tool = {
+        "type": "function",
+        "function": {"name": "mkdir", "description": "make a dir", "parameters": {}},
+    }
+    conv = Conversation(
+        "trace/BFCL-v0", "b0", "make a dir", (), seed=0, reset_info={"tools": [tool]}
+    )
     assert pol.chat.native_tools
     pol.chat.formats["trace/BFCL-v0"] = FORMATS["trace/BFCL-v0"]
     full = pol.tokenizer.decode(pol.chat.prompt_ids(conv))
@@ -164,5 +181,10 @@ def test_tools_go_through_the_native_template_argument(countdown_policy_factory)
     names = pol.tokenizer.decode(pol.chat.prompt_ids(conv))
     assert "Available functions: mkdir" in names and "<tools>" not in names
     # tool results are wrapped in the template's tool-response turn
-    obs = pol.tokenizer.decode(pol.chat.obs_ids("ok", pol.chat.format("trace/BFCL-v0"), [5], role="tool"))
-    assert obs == "<|im_end|>\n<|im_start|>user\n<tool_response>\nok\n</tool_response><|im_end|>\n<|im_start|>assistant\n"
+    obs = pol.tokenizer.decode(
+        pol.chat.obs_ids("ok", pol.chat.format("trace/BFCL-v0"), [5], role="tool")
+    )
+    assert (
+        obs
+        == "<|im_end|>\n<|im_start|>user\n<tool_response>\nok\n</tool_response><|im_end|>\n<|im_start|>assistant\n"
+    )

@@ -63,7 +63,9 @@ class Stub:
             self.max_in_flight = max(self.max_in_flight, self.in_flight)
             self.lock.notify_all()
             # hold until the cap is reached or everything has arrived (bounded wait)
-            self.lock.wait_for(lambda: self.in_flight >= self.hold_until or self.arrived >= self.total, timeout=10)
+            self.lock.wait_for(
+                lambda: self.in_flight >= self.hold_until or self.arrived >= self.total, timeout=10
+            )
         try:
             m = re.search(r"FAULT (\w+?)(?:x(\d+))?$", prompt)
             fault, times = (m.group(1), int(m.group(2) or 10**6)) if m else (None, 0)
@@ -74,12 +76,21 @@ class Stub:
                 self._send(h, int(fault), {"error": {"message": f"injected {fault}"}})
                 return
             text = f"seed {body['seed']} says <answer>{prompt.split()[0]}"
-            self._send(h, 200, {
-                "choices": [{"message": {"role": "assistant", "content": text},
-                             "finish_reason": "stop", "stop_reason": "</answer>",
-                             "logprobs": {"content": [{"token": "a", "logprob": -0.5}]}}],
-                "usage": {"completion_tokens": 7},
-            })
+            self._send(
+                h,
+                200,
+                {
+                    "choices": [
+                        {
+                            "message": {"role": "assistant", "content": text},
+                            "finish_reason": "stop",
+                            "stop_reason": "</answer>",
+                            "logprobs": {"content": [{"token": "a", "logprob": -0.5}]},
+                        }
+                    ],
+                    "usage": {"completion_tokens": 7},
+                },
+            )
         finally:
             with self.lock:
                 self.in_flight -= 1
@@ -98,7 +109,10 @@ class Stub:
 
 
 def _convs(prompts):
-    return [Conversation("trace/HotpotQA-v0", f"t{i}", p, (), seed=100 + i) for i, p in enumerate(prompts)]
+    return [
+        Conversation("trace/HotpotQA-v0", f"t{i}", p, (), seed=100 + i)
+        for i, p in enumerate(prompts)
+    ]
 
 
 @pytest.fixture
@@ -125,7 +139,10 @@ def test_completions_keep_order_seed_and_stop_string(stub_factory):
     stub = stub_factory()
     pol = OpenAIPolicy(OpenAIConfig(base_url=stub.url, backoff_s=0, logprobs=True))
     outs = pol.generate(_convs(["alpha q", "beta q", "gamma q"]))
-    assert [o.text for o in outs] == [f"seed {100 + i} says <answer>{w}</answer>" for i, w in enumerate(["alpha", "beta", "gamma"])]
+    assert [o.text for o in outs] == [
+        f"seed {100 + i} says <answer>{w}</answer>"
+        for i, w in enumerate(["alpha", "beta", "gamma"])
+    ]
     assert all(o.error is None and o.info["logprobs"] == [-0.5] for o in outs)
     body = stub.bodies[0]
     assert body["stop"] == ["</search>", "</answer>"] and body["include_stop_str_in_output"] is True
@@ -167,12 +184,16 @@ def test_client_errors_are_not_retried(stub_factory):
 
 def test_a_timed_out_attempt_is_retried(stub_factory):
     stub = stub_factory()
-    pol = OpenAIPolicy(OpenAIConfig(base_url=stub.url, timeout_s=0.3, max_retries=1, backoff_s=0.001))
+    pol = OpenAIPolicy(
+        OpenAIConfig(base_url=stub.url, timeout_s=0.3, max_retries=1, backoff_s=0.001)
+    )
     out = pol.generate(_convs(["slow FAULT hangx1"]))[0]
     assert out.error is None and out.info["attempts"] == 2
 
 
 def test_unreachable_server_is_an_error_not_a_crash():
-    pol = OpenAIPolicy(OpenAIConfig(base_url="http://127.0.0.1:9/v1", max_retries=1, backoff_s=0.001, timeout_s=1))
+    pol = OpenAIPolicy(
+        OpenAIConfig(base_url="http://127.0.0.1:9/v1", max_retries=1, backoff_s=0.001, timeout_s=1)
+    )
     out = pol.generate(_convs(["q"]))[0]
     assert out.error and "connection" in out.error

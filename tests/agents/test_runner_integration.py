@@ -34,13 +34,20 @@ def check_tokens_and_logprobs(policy, tree, temperature, tol=1e-4):
         if not t.token_ids:
             continue
         prefix = path_ids(tree, node.parent) if node.parent else list(tree.prompt_token_ids)
-        if node.parent:  # the parent's observation tokens were recorded by the runner, not re-derived
+        if (
+            node.parent
+        ):  # the parent's observation tokens were recorded by the runner, not re-derived
             assert tree.nodes[node.parent].turn.obs_token_ids is not None
         ids = torch.tensor([prefix + t.token_ids])
         with torch.no_grad():
-            logp = torch.log_softmax(policy.model(input_ids=ids).logits[0].float() / temperature, dim=-1)
+            logp = torch.log_softmax(
+                policy.model(input_ids=ids).logits[0].float() / temperature, dim=-1
+            )
         for j, (tid, lp) in enumerate(zip(t.token_ids, t.logprobs, strict=True)):
-            assert math.isclose(float(logp[len(prefix) + j - 1, tid]), lp, abs_tol=tol), (node.id, j)
+            assert math.isclose(float(logp[len(prefix) + j - 1, tid]), lp, abs_tol=tol), (
+                node.id,
+                j,
+            )
         assert t.action == policy.tokenizer.decode(t.token_ids, skip_special_tokens=True)
         checked += 1
     return checked
@@ -49,8 +56,13 @@ def check_tokens_and_logprobs(policy, tree, temperature, tol=1e-4):
 def _runner(policy, factory, roots, replays=1.0, max_batch=None):
     from trace_gym.runner import BranchingRunner, RunnerConfig
 
-    return BranchingRunner(policy, factory, alloc.make_allocator("treepo", m_max=4, group_size=2), None,
-                           RunnerConfig(root_budget=roots, replays_per_root=replays, max_batch=max_batch, seed=1))
+    return BranchingRunner(
+        policy,
+        factory,
+        alloc.make_allocator("treepo", m_max=4, group_size=2),
+        None,
+        RunnerConfig(root_budget=roots, replays_per_root=replays, max_batch=max_batch, seed=1),
+    )
 
 
 def test_tiny_policy_through_the_runner_is_token_faithful(countdown_policy_factory):
@@ -58,7 +70,9 @@ def test_tiny_policy_through_the_runner_is_token_faithful(countdown_policy_facto
 
     temp = 0.8
     policy = countdown_policy_factory(temperature=temp, max_new_tokens=8)
-    res = _runner(policy, lambda: CountdownEnv(num_tasks=4, max_turns=4), roots=4, replays=1.0).run_step(0, ["count-0", "count-1"])
+    res = _runner(
+        policy, lambda: CountdownEnv(num_tasks=4, max_turns=4), roots=4, replays=1.0
+    ).run_step(0, ["count-0", "count-1"])
     replays = [n for t in res.trees for n in t.nodes if n.origin == "replay"]
     assert replays, "random branching should have replayed some prefixes"
     assert sum(check_tokens_and_logprobs(policy, t, temp) for t in res.trees) >= 4
@@ -96,11 +110,15 @@ def test_warm_started_tiny_model_drives_every_env():
         env_kwargs = dict(kw)
         if env_id == "trace/BFCL-v0":
             env_kwargs["max_steps_per_turn"] = 3  # keep the tiny model's episodes short
-        res = _runner(policy, lambda e=env_id, k=env_kwargs: make_env(e, **k), roots=8, replays=0.5).run_step(0, ids)
+        res = _runner(
+            policy, lambda e=env_id, k=env_kwargs: make_env(e, **k), roots=8, replays=0.5
+        ).run_step(0, ids)
         leaves = [n for t in res.trees for n in t.leaves()]
         assert leaves and all(n.error is None for n in leaves), [n.error for n in leaves if n.error]
         env_wins = sum(t.is_success(n) for t in res.trees for n in t.leaves())
-        print(f"{env_id}: {len(leaves)} episodes, {env_wins} successes, {sum(n.depth for n in leaves) / len(leaves):.1f} turns")
+        print(
+            f"{env_id}: {len(leaves)} episodes, {env_wins} successes, {sum(n.depth for n in leaves) / len(leaves):.1f} turns"
+        )
         wins += env_wins
         check_tokens_and_logprobs(policy, res.trees[0], temp, tol=2e-4)
     assert wins > 0

@@ -28,7 +28,9 @@ def test_seeded_by_the_conversation_only(env_id):
     prompt, info = env.reset(seed=0, options={"task": 0})
     conv = Conversation(env_id, info["task_id"], prompt, (), seed=123, reset_info=info)
     a = [pol.generate([conv])[0].text for _ in range(3)]
-    b = pol.generate([Conversation(env_id, info["task_id"], prompt, (), seed=124, reset_info=info), conv])[1].text
+    b = pol.generate(
+        [Conversation(env_id, info["task_id"], prompt, (), seed=124, reset_info=info), conv]
+    )[1].text
     assert a[0] == a[1] == a[2] == b and a[0]
     env.close()
 
@@ -41,7 +43,10 @@ def test_skill_controls_success(env_id):
     wins = {}
     for skill in (0.0, 1.0):
         pol = make_scripted(env_id, skill=skill, env=env)
-        wins[skill] = sum(play_episode(env, pol, env_id, ids[i % len(ids)], seed=i).reward >= 0.5 for i in range(n))
+        wins[skill] = sum(
+            play_episode(env, pol, env_id, ids[i % len(ids)], seed=i).reward >= 0.5
+            for i in range(n)
+        )
     assert wins[1.0] >= n - 1  # the oracle solves (nearly) everything
     assert wins[0.0] < wins[1.0]
     env.close()

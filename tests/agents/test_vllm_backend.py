@@ -76,11 +76,21 @@ class FakeLLM:
             from trace_gym.agents.context import Context
             from trace_gym.agents.hf import _Row
 
-            rows = [_Row(k, Context(ids, [], []), sp.seed + k, sp.max_tokens, False, tuple(sp.stop)) for k in range(sp.n)]
+            rows = [
+                _Row(k, Context(ids, [], []), sp.seed + k, sp.max_tokens, False, tuple(sp.stop))
+                for k in range(sp.n)
+            ]
             outs = []
             for k, (tok, lps, reason) in enumerate(self.hf._sample(rows)):
-                outs.append(CompletionOutput(k, "<vllm text>", tok, [{t: Logprob(lp)} for t, lp in zip(tok, lps, strict=True)],
-                                             "length" if reason == "length" else "stop"))
+                outs.append(
+                    CompletionOutput(
+                        k,
+                        "<vllm text>",
+                        tok,
+                        [{t: Logprob(lp)} for t, lp in zip(tok, lps, strict=True)],
+                        "length" if reason == "length" else "stop",
+                    )
+                )
             results.append(RequestOutput(ids, outs))
         return results
 
@@ -89,7 +99,9 @@ class FakeLLM:
 def policies(countdown_model_dir):
     hf = HFPolicy.from_pretrained(str(countdown_model_dir), temperature=1.0)
     llm = FakeLLM(hf)
-    vp = VLLMPolicy(llm=llm, sampling=SamplingConfig(temperature=1.0), sampling_params_cls=FakeParams)
+    vp = VLLMPolicy(
+        llm=llm, sampling=SamplingConfig(temperature=1.0), sampling_params_cls=FakeParams
+    )
     return hf, llm, vp
 
 
@@ -111,19 +123,25 @@ def test_requests_carry_context_ids_and_per_conversation_seeds(policies):
     outs = vp.generate(convs)
     prompts, params, _ = llm.calls[-1]
     assert [p["prompt_token_ids"] for p in prompts] == [hf.context(c).ids for c in convs]
-    assert [p.seed for p in params] == [7, 8, 9] and all(p.n == 1 and p.logprobs == 0 for p in params)
+    assert [p.seed for p in params] == [7, 8, 9] and all(
+        p.n == 1 and p.logprobs == 0 for p in params
+    )
     assert not any(p.detokenize for p in params)  # no stop strings: the text comes from the ids
     # same ids as the HF backend with the same seeds (the fake samples with it)
     assert [o.token_ids for o in outs] == [o.token_ids for o in hf.generate(convs)]
     for o in outs:
-        assert o.text == hf.tokenizer.decode(o.token_ids, skip_special_tokens=True)  # not the engine's text
+        assert o.text == hf.tokenizer.decode(
+            o.token_ids, skip_special_tokens=True
+        )  # not the engine's text
         assert len(o.logprobs) == len(o.token_ids)
         assert o.context_token_ids == hf.context(convs[0]).ids
 
 
 def test_stop_strings_are_sent_kept(policies):
     _, llm, vp = policies
-    vp.chat.formats[ENV] = __import__("trace_gym.agents.formats", fromlist=["x"]).ReActFormat("c", "s", stop=("</x>",))
+    vp.chat.formats[ENV] = __import__("trace_gym.agents.formats", fromlist=["x"]).ReActFormat(
+        "c", "s", stop=("</x>",)
+    )
     vp.generate([_conv()])
     p = llm.calls[-1][1][0]
     assert p.stop == ["</x>"] and p.include_stop_str_in_output is True and p.detokenize is True

@@ -27,8 +27,11 @@ class OldEngine:
         self.loaded, self.resets = [], 0
         model = SimpleNamespace(load_weights=lambda ws: self.loaded.append(dict(ws)))
         runner = SimpleNamespace(model=model)
-        self.llm_engine = SimpleNamespace(model_executor=SimpleNamespace(
-            driver_worker=SimpleNamespace(worker=SimpleNamespace(model_runner=runner))))
+        self.llm_engine = SimpleNamespace(
+            model_executor=SimpleNamespace(
+                driver_worker=SimpleNamespace(worker=SimpleNamespace(model_runner=runner))
+            )
+        )
 
     def collective_rpc(self, method, kwargs=None):
         raise AttributeError(f"'Worker' object has no attribute '{method}'")

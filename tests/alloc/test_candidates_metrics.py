@@ -20,11 +20,20 @@ from trace_gym.errors import AllocationError
 from trace_gym.tree import RolloutTree, Turn
 
 
-def _chain(tree: RolloutTree, turns: int, reward: float | None, *, origin: str = "rollout", parent: int = 0,
-           error: str | None = None) -> int:
+def _chain(
+    tree: RolloutTree,
+    turns: int,
+    reward: float | None,
+    *,
+    origin: str = "rollout",
+    parent: int = 0,
+    error: str | None = None,
+) -> int:
     node = parent
     for t in range(turns):
-        node = tree.add_child(node, Turn(f"a{t}", f"o{t}", token_ids=[1] * (t + 1)), origin=origin).id
+        node = tree.add_child(
+            node, Turn(f"a{t}", f"o{t}", token_ids=[1] * (t + 1)), origin=origin
+        ).id
         tree.nodes[node].value = 0.1 * (t + 1)
     tree.finish(node, reward=reward, error=error)
     return node
@@ -75,19 +84,27 @@ def test_prefix_values_costs_and_sharing():
 
 
 def test_expected_mixed_groups_predicted_and_true():
-    cands = [Candidate("a", 0.5, true_value=0.9), Candidate("b", 0.2, true_value=0.2), Candidate("c", 0.0)]
+    cands = [
+        Candidate("a", 0.5, true_value=0.9),
+        Candidate("b", 0.2, true_value=0.2),
+        Candidate("c", 0.0),
+    ]
     gain = expected_mixed_groups(cands[:2], np.array([4, 0]))
     assert gain.predicted == pytest.approx(root_value(0.5, 4))
     assert gain.true == pytest.approx(root_value(0.9, 4))
     assert expected_mixed_groups(cands, np.array([2, 2, 0])).true is None
-    assert expected_mixed_groups(cands, np.zeros(3, dtype=int)).predicted == 0.0  # skipping is 0, not -1
+    assert (
+        expected_mixed_groups(cands, np.zeros(3, dtype=int)).predicted == 0.0
+    )  # skipping is 0, not -1
     with pytest.raises(AllocationError, match="counts"):
         expected_mixed_groups(cands, [1.5, 0, 0])
 
 
 def test_expected_flips():
-    pref = [PrefixCandidate(0, 1, 1, reward=1.0, value=0.8, true_value=0.5),
-            PrefixCandidate(0, 2, 2, reward=0.0, value=0.8, true_value=0.5)]
+    pref = [
+        PrefixCandidate(0, 1, 1, reward=1.0, value=0.8, true_value=0.5),
+        PrefixCandidate(0, 2, 2, reward=0.0, value=0.8, true_value=0.5),
+    ]
     gain = expected_flips(pref, np.array([2, 1]))
     assert gain.predicted == pytest.approx((1 - 0.8**2) + (1 - 0.2))  # reward 0: repeat w.p. 1 - V
     assert gain.true == pytest.approx((1 - 0.5**2) + (1 - 0.5))

@@ -16,7 +16,9 @@ DOC = Path(__file__).resolve().parents[2] / "docs" / "alloc.md"
 def _example() -> str:
     if not DOC.exists():
         pytest.skip(f"{DOC} is not in this checkout")
-    match = re.search(r"<!-- example: custom-policy -->\s*```python\n(.*?)```", DOC.read_text(), re.S)
+    match = re.search(
+        r"<!-- example: custom-policy -->\s*```python\n(.*?)```", DOC.read_text(), re.S
+    )
     assert match, "docs/alloc.md lost its custom-policy example"
     return match.group(1)
 

@@ -23,10 +23,23 @@ from trace_gym.alloc import (
 from trace_gym.errors import AllocationError, ConfigError, UnknownNameError
 
 NAMES = [
-    "trace", "grpo", "pcl", "treepo", "greso", "knapsack", "oracle",
-    "trace_roots_random_prefixes", "uniform_roots_trace_prefixes",
+    "trace",
+    "grpo",
+    "pcl",
+    "treepo",
+    "greso",
+    "knapsack",
+    "oracle",
+    "trace_roots_random_prefixes",
+    "uniform_roots_trace_prefixes",
 ]
-BRANCHING = {"trace", "treepo", "oracle", "trace_roots_random_prefixes", "uniform_roots_trace_prefixes"}
+BRANCHING = {
+    "trace",
+    "treepo",
+    "oracle",
+    "trace_roots_random_prefixes",
+    "uniform_roots_trace_prefixes",
+}
 EXACT_ROOTS = {"trace", "oracle", "trace_roots_random_prefixes"}
 FIXED_GROUPS = {"grpo", "pcl", "treepo", "greso", "uniform_roots_trace_prefixes"}
 
@@ -35,16 +48,33 @@ def candidates(n: int = 60, seed: int = 0) -> list[Candidate]:
     rng = np.random.default_rng(seed)
     out = []
     for i, (v, tv) in enumerate(zip(rng.beta(0.3, 0.3, n), rng.beta(0.3, 0.3, n), strict=True)):
-        rewards = tuple(tuple(float(x) for x in rng.integers(0, 2, 4)) for _ in range(int(rng.integers(0, 3))))
-        out.append(Candidate(id=f"t{i}", value=float(v), true_value=float(tv), history=VisitHistory(rewards=rewards)))
+        rewards = tuple(
+            tuple(float(x) for x in rng.integers(0, 2, 4)) for _ in range(int(rng.integers(0, 3)))
+        )
+        out.append(
+            Candidate(
+                id=f"t{i}",
+                value=float(v),
+                true_value=float(tv),
+                history=VisitHistory(rewards=rewards),
+            )
+        )
     return out
 
 
 def prefixes(n: int = 7, seed: int = 0) -> list[PrefixCandidate]:
     rng = np.random.default_rng(seed)
     return [
-        PrefixCandidate(rollout=i % 3, node=i + 1, depth=1 + i // 3, reward=float(i % 2), value=float(rng.random()),
-                        cost=float(rng.choice([0.25, 0.5, 0.75])), true_value=float(rng.random()), rollout_turns=4)
+        PrefixCandidate(
+            rollout=i % 3,
+            node=i + 1,
+            depth=1 + i // 3,
+            reward=float(i % 2),
+            value=float(rng.random()),
+            cost=float(rng.choice([0.25, 0.5, 0.75])),
+            true_value=float(rng.random()),
+            rollout_turns=4,
+        )
         for i in range(n)
     ]
 
@@ -133,7 +163,9 @@ def test_trace_uses_both_exact_solvers():
 def test_trace_cost_aware_prefixes_respect_cost():
     pref = prefixes()
     alloc = make_allocator("trace", cost_aware=True)
-    counts = alloc.allocate_prefixes(pref, 6 * 0.5, np.random.default_rng(0))  # the runner's cost budget
+    counts = alloc.allocate_prefixes(
+        pref, 6 * 0.5, np.random.default_rng(0)
+    )  # the runner's cost budget
     assert float(counts @ np.array([p.cost for p in pref])) <= 6 * 0.5 + 1e-9
     assert counts.sum() >= 4  # cheap prefixes: at least as many replays as 3 / 0.75
 
@@ -168,7 +200,9 @@ def test_pcl_keeps_the_candidates_closest_to_half():
     assert set(np.flatnonzero(counts)) == set(np.argsort(distance, kind="stable")[:6])
     assert set(counts.tolist()) == {0, 5}
     # with k = 1 the pool is a random draw of exactly m: no selection at all
-    small = make_allocator("pcl", group_size=5, pool_factor=1).allocate_roots(pool, 30, np.random.default_rng(0))
+    small = make_allocator("pcl", group_size=5, pool_factor=1).allocate_roots(
+        pool, 30, np.random.default_rng(0)
+    )
     assert (small > 0).sum() == 6
 
 
@@ -189,15 +223,28 @@ def test_ablation_mixes_combine_the_right_halves():
     mix_b = make_allocator("uniform_roots_trace_prefixes", group_size=4)
     trace, treepo = make_allocator("trace", group_size=4), make_allocator("treepo", group_size=4)
     r = np.random.default_rng
-    assert np.array_equal(mix_a.allocate_roots(pool, 40, r(0)), trace.allocate_roots(pool, 40, r(0)))
-    assert np.array_equal(mix_a.allocate_prefixes(pref, 9, r(1)), treepo.allocate_prefixes(pref, 9, r(1)))
-    assert np.array_equal(mix_b.allocate_roots(pool, 40, r(0)), treepo.allocate_roots(pool, 40, r(0)))
-    assert np.array_equal(mix_b.allocate_prefixes(pref, 9, r(1)), trace.allocate_prefixes(pref, 9, r(1)))
+    assert np.array_equal(
+        mix_a.allocate_roots(pool, 40, r(0)), trace.allocate_roots(pool, 40, r(0))
+    )
+    assert np.array_equal(
+        mix_a.allocate_prefixes(pref, 9, r(1)), treepo.allocate_prefixes(pref, 9, r(1))
+    )
+    assert np.array_equal(
+        mix_b.allocate_roots(pool, 40, r(0)), treepo.allocate_roots(pool, 40, r(0))
+    )
+    assert np.array_equal(
+        mix_b.allocate_prefixes(pref, 9, r(1)), trace.allocate_prefixes(pref, 9, r(1))
+    )
 
 
 def _streaked(i: int, success: int, failure: int) -> Candidate:
-    return Candidate(id=f"g{i}", value=0.5, history=VisitHistory(rewards=((1.0, 0.0),), all_success_streak=success,
-                                                                 all_failure_streak=failure))
+    return Candidate(
+        id=f"g{i}",
+        value=0.5,
+        history=VisitHistory(
+            rewards=((1.0, 0.0),), all_success_streak=success, all_failure_streak=failure
+        ),
+    )
 
 
 def test_greso_skips_zero_variance_prompts_by_streak():
@@ -241,7 +288,8 @@ def test_knapsack_value_and_minimum_two():
     w = p * (1 - p) ** 2
     best = max(
         (float(np.sum(w * root_value(p, np.array(n)))), n)
-        for n in itertools.product(range(2, 9), repeat=3) if sum(n) == 14
+        for n in itertools.product(range(2, 9), repeat=3)
+        if sum(n) == 14
     )
     assert float(np.sum(w * root_value(p, counts[[1, 3, 4]]))) == pytest.approx(best[0])
     # too small a budget for everyone: the best value at N = 2 get their 2

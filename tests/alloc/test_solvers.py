@@ -30,7 +30,9 @@ def _grid(p: int, m_max: int) -> np.ndarray:
     return np.array(list(itertools.product(options, repeat=p)), dtype=np.int64)
 
 
-def brute_force_roots(values: np.ndarray, budget: int, m_max: int, exact: bool = True) -> float | None:
+def brute_force_roots(
+    values: np.ndarray, budget: int, m_max: int, exact: bool = True
+) -> float | None:
     """Best objective over every feasible allocation (None when there is none)."""
     grid = _grid(values.size, m_max)
     table = root_value(values[:, None], np.arange(m_max + 1)[None, :])
@@ -62,7 +64,11 @@ def test_both_solvers_match_exhaustive_enumeration(exact):
     rng = np.random.default_rng(1234 + exact)
     checked = 0
     for _ in range(2000):
-        p, m_max, budget = int(rng.integers(1, 7)), int(rng.integers(2, 7)), int(rng.integers(0, 15))
+        p, m_max, budget = (
+            int(rng.integers(1, 7)),
+            int(rng.integers(2, 7)),
+            int(rng.integers(0, 15)),
+        )
         values = _random_values(rng, p)
         best = brute_force_roots(clip_values(values), budget, m_max, exact)
         for solver in SOLVERS:
@@ -72,8 +78,15 @@ def test_both_solvers_match_exhaustive_enumeration(exact):
                 continue
             sol = solver(values, budget, m_max, exact_budget=exact)
             _assert_valid(sol.counts, budget, m_max, exact)
-            assert sol.objective == pytest.approx(best, abs=1e-12), (solver.__name__, values, budget, m_max)
-            assert sol.objective == pytest.approx(root_value(clip_values(values), sol.counts).sum(), abs=1e-12)
+            assert sol.objective == pytest.approx(best, abs=1e-12), (
+                solver.__name__,
+                values,
+                budget,
+                m_max,
+            )
+            assert sol.objective == pytest.approx(
+                root_value(clip_values(values), sol.counts).sum(), abs=1e-12
+            )
             checked += 1
     assert checked > 2500  # most instances are feasible
 
@@ -112,7 +125,9 @@ def test_skipping_is_scored_zero_not_minus_one():
     for solver in SOLVERS:
         sol = solver([0.5, 0.01, 0.99, 0.4], 4, 4)
         assert sol.objective > 0
-        assert sol.objective == pytest.approx(root_value(clip_values([0.5, 0.01, 0.99, 0.4]), sol.counts).sum())
+        assert sol.objective == pytest.approx(
+            root_value(clip_values([0.5, 0.01, 0.99, 0.4]), sol.counts).sum()
+        )
         assert solver([0.5, 0.5], 0, 4).objective == 0.0
 
 
@@ -211,9 +226,10 @@ def test_prefix_split_prefers_uncertain_prefixes():
     sol = solve_prefixes([0.95, 0.2], [1.0, 1.0], 3)
     assert sol.counts[1] > sol.counts[0]
     # equal costs: costs of 1 reproduce the count split
-    assert solve_prefixes([0.3, 0.6], [0, 1], 4, [1.0, 1.0]).counts.tolist() == solve_prefixes(
-        [0.3, 0.6], [0, 1], 4
-    ).counts.tolist()
+    assert (
+        solve_prefixes([0.3, 0.6], [0, 1], 4, [1.0, 1.0]).counts.tolist()
+        == solve_prefixes([0.3, 0.6], [0, 1], 4).counts.tolist()
+    )
 
 
 @pytest.mark.parametrize(
@@ -256,7 +272,9 @@ def test_split_budget_ties_go_to_lower_index():
     assert split_budget([], 0).tolist() == []
 
 
-@pytest.mark.parametrize("weights, total", [([0, 0], 3), ([], 1), ([1, -1], 2), ([1, float("nan")], 2), ([1], -1)])
+@pytest.mark.parametrize(
+    "weights, total", [([0, 0], 3), ([], 1), ([1, -1], 2), ([1, float("nan")], 2), ([1], -1)]
+)
 def test_split_budget_bad_input(weights, total):
     with pytest.raises(AllocationError):
         split_budget(weights, total)

@@ -9,10 +9,10 @@ import sys
 
 import numpy as np
 import pytest
-
 from trace_gym.bench import alloc as bench_alloc
 from trace_gym.bench.alloc import BenchConfig, main, parse_shapes, run_bench
 from trace_gym.bench.report import mean_ci, spearman
+
 from trace_gym.errors import ConfigError
 
 
@@ -110,10 +110,24 @@ def test_summary_shape(small):
 def test_cli_writes_json_csv_and_plots(tmp_path):
     out = tmp_path / "out"
     argv = [
-        "--preset", "hotpotqa", "--steps", "1", "--roots", "16", "--policies", "grpo,trace,oracle",
-        "--json", str(tmp_path / "s.json"), "--out", str(out), "--no-progress",
-        "--shapes-fixed-group", "16x2,8x6", "--shape-policies", "grpo,trace",
-    ]  # fmt: skip
+        "--preset",
+        "hotpotqa",
+        "--steps",
+        "1",
+        "--roots",
+        "16",
+        "--policies",
+        "grpo,trace,oracle",
+        "--json",
+        str(tmp_path / "s.json"),
+        "--out",
+        str(out),
+        "--no-progress",
+        "--shapes-fixed-group",
+        "16x2,8x6",
+        "--shape-policies",
+        "grpo,trace",
+    ]
     assert main(argv) == 0
     d = json.loads((tmp_path / "s.json").read_text())
     assert set(d["policies"]) == {"grpo", "trace", "oracle"} and "oracle_effective_ratio" in d
@@ -127,8 +141,15 @@ def test_cli_writes_json_csv_and_plots(tmp_path):
     )
     # the JSON: per policy, plus calibration and protocol
     for name, row in d["policies"].items():
-        for k in ("effective_ratio", "effective_ratio_ci95", "mixed_per_te", "pairs_per_te",
-                  "mixed_branch_share", "distinct_prompts", "unspent_budget"):  # fmt: skip
+        for k in (
+            "effective_ratio",
+            "effective_ratio_ci95",
+            "mixed_per_te",
+            "pairs_per_te",
+            "mixed_branch_share",
+            "distinct_prompts",
+            "unspent_budget",
+        ):
             assert k in row, (name, k)
         assert row["mixed_per_te"] == pytest.approx(row["mixed_groups"] / row["cost"])
     assert d["calibration"]["resolved_share"] == 0.6 and d["protocol"]["prompts"] == "fresh"
@@ -148,8 +169,20 @@ def test_cli_writes_json_csv_and_plots(tmp_path):
 
 
 def test_cli_subprocess_and_errors():
-    cmd = [sys.executable, "-m", "trace_gym.cli", "bench", "alloc", "--steps", "1", "--roots", "8",
-           "--policies", "grpo,trace", "--no-progress"]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "trace_gym.cli",
+        "bench",
+        "alloc",
+        "--steps",
+        "1",
+        "--roots",
+        "8",
+        "--policies",
+        "grpo,trace",
+        "--no-progress",
+    ]
     res = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr
     assert "trace" in res.stdout and "goals" in res.stdout
@@ -157,8 +190,14 @@ def test_cli_subprocess_and_errors():
 
 
 def test_generic_env_path_with_scripted_policy():
-    cfg = BenchConfig(env_id="trace/Countdown-v0", policy="scripted", steps=1, roots=8, progress=False,
-                      policies=("grpo", "trace", "oracle"))  # fmt: skip
+    cfg = BenchConfig(
+        env_id="trace/Countdown-v0",
+        policy="scripted",
+        steps=1,
+        roots=8,
+        progress=False,
+        policies=("grpo", "trace", "oracle"),
+    )
     res = run_bench(cfg)
     assert set(res.summary["policies"]) == {"grpo", "trace"}  # no exact values: oracle dropped
     assert res.summary["oracle_effective_ratio"] is None
@@ -219,8 +258,9 @@ def test_oracle_and_noisy_predictors():
 def test_first_visit_reference_solves_the_posterior_objective_exactly():
     from itertools import product
 
-    from trace_gym.alloc.base import Candidate
     from trace_gym.bench.first_visit import FirstVisitAllocator, posterior_increments
+
+    from trace_gym.alloc.base import Candidate
     from trace_gym.sim import SimEnv
 
     ids = list(SimEnv("math", num_tasks=5).task_ids)

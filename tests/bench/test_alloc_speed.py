@@ -21,9 +21,26 @@ def test_run_reports_figures():
 def test_cli_writes_json(tmp_path):
     out = tmp_path / "alloc.json"
     proc = subprocess.run(
-        [sys.executable, "-m", "trace_gym.cli", "bench", "alloc-speed", "--candidates", "32", "--budget", "64",
-         "--repeats", "3", "--reference-repeats", "1", "--json", str(out)],
-        capture_output=True, text=True, timeout=120,
+        [
+            sys.executable,
+            "-m",
+            "trace_gym.cli",
+            "bench",
+            "alloc-speed",
+            "--candidates",
+            "32",
+            "--budget",
+            "64",
+            "--repeats",
+            "3",
+            "--reference-repeats",
+            "1",
+            "--json",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert proc.returncode == 0, proc.stderr
     assert "speedup" in proc.stdout

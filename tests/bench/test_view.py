@@ -10,10 +10,10 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from trace_gym.bench.view import budget_by_depth, escape_json, page_data, read_trees, write_view
 from trace_gym.bench.view_bench import HOSTILE, hostile_tree, synthetic_trees
 from trace_gym.bench.view_bench import main as bench_main
+
 from trace_gym.tree import save_trees
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "trees_v1"
@@ -221,11 +221,33 @@ def test_texts_are_cut_to_keep_a_big_file_within_the_page_budget(tmp_path, monke
 def test_rollout_output_opens_with_its_skipped_candidates(tmp_path):
     trees = tmp_path / "rollout.jsonl.gz"
     res = subprocess.run(
-        [sys.executable, "-m", "trace_gym.cli", "rollout", "--env", "trace/Sim-v0", "--policy", "sim",
-         "--allocator", "trace", "--steps", "2", "--tasks", "12", "--roots", "16", "--replays", "1",
-         "--out", str(trees), "--no-progress"],
-        capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "trace_gym.cli",
+            "rollout",
+            "--env",
+            "trace/Sim-v0",
+            "--policy",
+            "sim",
+            "--allocator",
+            "trace",
+            "--steps",
+            "2",
+            "--tasks",
+            "12",
+            "--roots",
+            "16",
+            "--replays",
+            "1",
+            "--out",
+            str(trees),
+            "--no-progress",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert res.returncode == 0, res.stderr
     data = _page_json(write_view([trees], tmp_path / "v.html", title="@JS@ <t>").read_text())
     assert data["title"] == "@JS@ <t>" and set(data["steps"]) == {"0", "1"}

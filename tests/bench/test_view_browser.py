@@ -6,10 +6,10 @@ import os
 from contextlib import contextmanager
 
 import pytest
-
 from trace_gym.bench.browser import INSTALL, BrowserMissing, open_page
 from trace_gym.bench.view import budget_by_depth, write_view
 from trace_gym.bench.view_bench import HOSTILE, hostile_tree, synthetic_trees
+
 from trace_gym.tree import save_trees
 
 pytestmark = pytest.mark.browser

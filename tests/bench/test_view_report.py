@@ -8,10 +8,10 @@ import subprocess
 import sys
 
 import pytest
-
 from trace_gym.bench.alloc import main as alloc_main
 from trace_gym.bench.report_html import run_report, write_index
 from trace_gym.bench.view_bench import HOSTILE, synthetic_trees
+
 from trace_gym.tree import batch_metrics, save_trees
 
 
@@ -81,10 +81,23 @@ def _run_dir(tmp_path, steps=3):
         save_trees(trees, run / "trees" / f"step_{step:06d}.jsonl.gz")
         bm = batch_metrics(trees)
         # the keys trainers/loop.py writes (a subset)
-        rows.append({"step": step, "reward": bm["success_rate"], "effective_ratio": bm["effective_ratio"],
-                     "mixed_groups": bm["mixed_groups"], "mixed_anchors": bm["mixed_anchors"], "roots": 16, "replays": 30,
-                     "loss": 0.1 * step, "gen_tokens_per_s": 100.0 + step, "train_tokens_per_s": 50.0,
-                     "time_rollout_s": 1.0, "time_train_s": 2.0, "predictor_loss": 0.2})  # fmt: skip
+        rows.append(
+            {
+                "step": step,
+                "reward": bm["success_rate"],
+                "effective_ratio": bm["effective_ratio"],
+                "mixed_groups": bm["mixed_groups"],
+                "mixed_anchors": bm["mixed_anchors"],
+                "roots": 16,
+                "replays": 30,
+                "loss": 0.1 * step,
+                "gen_tokens_per_s": 100.0 + step,
+                "train_tokens_per_s": 50.0,
+                "time_rollout_s": 1.0,
+                "time_train_s": 2.0,
+                "predictor_loss": 0.2,
+            }
+        )
     rows[-1]["eval_success"] = 0.4
     (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     return run
@@ -94,8 +107,17 @@ def test_run_report_plots_every_section_and_the_trees(tmp_path):
     page = run_report(_run_dir(tmp_path))
     out = page.parent
     assert out == tmp_path / "run" / "report"
-    for name in ("learning.png", "loss.png", "effective_ratio.png", "mixed_groups.png", "budget_by_depth.png",
-                 "predictor.png", "throughput.png", "time.png", "steps.csv"):  # fmt: skip
+    for name in (
+        "learning.png",
+        "loss.png",
+        "effective_ratio.png",
+        "mixed_groups.png",
+        "budget_by_depth.png",
+        "predictor.png",
+        "throughput.png",
+        "time.png",
+        "steps.csv",
+    ):
         assert (out / name).stat().st_size > 0, name
     with open(out / "steps.csv") as f:
         rows = list(csv.DictReader(f))

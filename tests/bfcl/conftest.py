@@ -27,10 +27,16 @@ def bfcl_verdict():
     )
 
     def verdict(entry, decoded):
-        test_entry = {"id": entry.id, "initial_config": entry.initial_config, "involved_classes": list(entry.involved_classes)}
+        test_entry = {
+            "id": entry.id,
+            "initial_config": entry.initial_config,
+            "involved_classes": list(entry.involved_classes),
+        }
         truth = [list(t) for t in entry.ground_truth]
         # a fresh model name per run: bfcl-eval caches backend instances under it
-        result = multi_turn_checker(decoded, truth, test_entry, entry.category, f"trace_gym_test_{next(_RUN)}")
+        result = multi_turn_checker(
+            decoded, truth, test_entry, entry.category, f"trace_gym_test_{next(_RUN)}"
+        )
         if not result["valid"]:
             return result["error_type"]
         result = multi_turn_irrelevance_checker(decoded, truth)

@@ -39,7 +39,7 @@ def test_reset_gives_first_user_message_and_openai_tools(bfcl_env):
 def test_miss_func_functions_appear_at_the_turn_bfcl_specifies(bfcl_env):
     obs, info = bfcl_env.reset(options={"task": "multi_turn_miss_func_0"})
     entry = bfcl_env.current_entry
-    (turn, names), = entry.missed_function.items()
+    ((turn, names),) = entry.missed_function.items()
     assert not set(names) & {t["function"]["name"] for t in info["tools"]}
     for t in range(turn):
         for text in entry.ground_truth[t]:
@@ -54,14 +54,24 @@ def test_miss_func_functions_appear_at_the_turn_bfcl_specifies(bfcl_env):
 
 def test_bad_calls_are_observations_and_the_turn_goes_on(bfcl_env):
     bfcl_env.reset(options={"task": "multi_turn_base_0"})
-    obs, r, term, trunc, info = bfcl_env.step("[teleport(to='mars'), cd(bogus=1), cd(folder='document')]")
+    obs, r, term, trunc, info = bfcl_env.step(
+        "[teleport(to='mars'), cd(bogus=1), cd(folder='document')]"
+    )
     assert not (term or trunc) and info["user_turn"] == 0 and info["obs_role"] == "tool"
     assert [c["status"] for c in info["calls"]] == ["unknown_function", "bad_arguments", "ok"]
     assert obs.splitlines()[0] == "Error during execution: name 'teleport' is not defined"
-    obs, r, term, trunc, info = bfcl_env.step('<tool_call>{"name": "cd", "arguments": {</tool_call>')
-    assert obs.startswith("Error during execution: ") and info["malformed"] and info["user_turn"] == 0
+    obs, r, term, trunc, info = bfcl_env.step(
+        '<tool_call>{"name": "cd", "arguments": {</tool_call>'
+    )
+    assert (
+        obs.startswith("Error during execution: ") and info["malformed"] and info["user_turn"] == 0
+    )
     obs, r, term, trunc, info = bfcl_env.step("All done.")
-    assert info["event"] == "end_of_turn" and info["user_turn"] == 1 and not info["turn_verdict"]["valid"]
+    assert (
+        info["event"] == "end_of_turn"
+        and info["user_turn"] == 1
+        and not info["turn_verdict"]["valid"]
+    )
 
 
 def test_on_malformed_end_turn_follows_bfcl_inference_loop():
@@ -85,17 +95,30 @@ def test_twenty_one_call_steps_force_quit_the_entry():
     assert term and r == 0.0 and info["bfcl_result"]["error_type"] == "multi_turn:force_terminated"
 
 
-@pytest.mark.parametrize(("fmt", "expected"), [("plain", "A\nB"), ("hermes", "<tool_response>\nA\n</tool_response>"), ("json", '["A", "B"]')])
+@pytest.mark.parametrize(
+    ("fmt", "expected"),
+    [("plain", "A\nB"), ("hermes", "<tool_response>\nA\n</tool_response>"), ("json", '["A", "B"]')],
+)
 def test_obs_formats(fmt, expected):
     from trace_gym.envs.bfcl.env import OBS_FORMATS
 
     assert OBS_FORMATS[fmt](["A", "B"]).startswith(expected)
 
 
-@pytest.mark.parametrize("task", ["multi_turn_base_3", "multi_turn_miss_func_17", "multi_turn_miss_param_40", "multi_turn_long_context_120"])
+@pytest.mark.parametrize(
+    "task",
+    [
+        "multi_turn_base_3",
+        "multi_turn_miss_func_17",
+        "multi_turn_miss_param_40",
+        "multi_turn_long_context_120",
+    ],
+)
 def test_checkpoint_contract_on_several_entries(task):
     env = gym.make("trace/BFCL-v0")
-    report = check_checkpoint(env, task=task, max_steps=24, num_checkpoints=4, run_gym_check_env=False)
+    report = check_checkpoint(
+        env, task=task, max_steps=24, num_checkpoints=4, run_gym_check_env=False
+    )
     assert report["turns"] >= 4
 
 

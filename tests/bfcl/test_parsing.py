@@ -8,8 +8,8 @@ from trace_gym.envs.bfcl.parsing import Call, parse_action, parse_python_calls
 
 def test_hermes_blocks_each_give_a_call():
     text = (
-        "Let me do that.\n<tool_call>\n{\"name\": \"cd\", \"arguments\": {\"folder\": \"document\"}}\n</tool_call>\n"
-        "<tool_call>{\"name\": \"ls\", \"arguments\": \"{\\\"a\\\": true}\"}</tool_call>"
+        'Let me do that.\n<tool_call>\n{"name": "cd", "arguments": {"folder": "document"}}\n</tool_call>\n'
+        '<tool_call>{"name": "ls", "arguments": "{\\"a\\": true}"}</tool_call>'
     )
     parsed = parse_action(text)
     assert parsed.syntax == "hermes" and not parsed.errors
@@ -17,12 +17,16 @@ def test_hermes_blocks_each_give_a_call():
 
 
 def test_hermes_unclosed_last_block_and_think_are_handled():
-    parsed = parse_action("<think>maybe [rm(x=1)]</think><tool_call>{\"name\": \"pwd\", \"arguments\": {}}")
+    parsed = parse_action(
+        '<think>maybe [rm(x=1)]</think><tool_call>{"name": "pwd", "arguments": {}}'
+    )
     assert parsed.calls == (Call("pwd"),)
 
 
 def test_malformed_hermes_block_is_an_error_next_to_good_ones():
-    parsed = parse_action('<tool_call>{"name": "cd", "arguments": {</tool_call><tool_call>{"name": "pwd"}</tool_call>')
+    parsed = parse_action(
+        '<tool_call>{"name": "cd", "arguments": {</tool_call><tool_call>{"name": "pwd"}</tool_call>'
+    )
     assert parsed.calls == (Call("pwd"),)
     assert len(parsed.errors) == 1 and parsed.errors[0].startswith("Error during execution: ")
     assert not parsed.is_reply
@@ -40,11 +44,15 @@ def test_malformed_hermes_block_is_an_error_next_to_good_ones():
 )
 def test_openai_style_json_shapes(text):
     parsed = parse_action(text)
-    assert parsed.syntax == "json" and parsed.calls == (Call("mv", (), {"source": "a", "destination": "b"}),)
+    assert parsed.syntax == "json" and parsed.calls == (
+        Call("mv", (), {"source": "a", "destination": "b"}),
+    )
 
 
 def test_bfcl_python_syntax_with_positional_and_nested_literals():
-    parsed = parse_action("[sort('report.pdf'), post_tweet(content=\"hi\", tags=['#a', '#b'], mentions=[])]")
+    parsed = parse_action(
+        "[sort('report.pdf'), post_tweet(content=\"hi\", tags=['#a', '#b'], mentions=[])]"
+    )
     assert parsed.syntax == "python"
     assert parsed.calls[0] == Call("sort", ("report.pdf",), {})
     assert parsed.calls[1].kwargs == {"content": "hi", "tags": ["#a", "#b"], "mentions": []}
@@ -54,7 +62,12 @@ def test_bfcl_python_syntax_with_positional_and_nested_literals():
 
 @pytest.mark.parametrize(
     "text",
-    ["[cd(folder=__import__('os').getcwd())]", "[cd(folder=x)]", "[cd(folder='a' + 'b')]", "[cd(**{'folder': 'a'})]"],
+    [
+        "[cd(folder=__import__('os').getcwd())]",
+        "[cd(folder=x)]",
+        "[cd(folder='a' + 'b')]",
+        "[cd(**{'folder': 'a'})]",
+    ],
 )
 def test_non_literal_arguments_are_refused_not_evaluated(text):
     parsed = parse_action(text)
@@ -67,7 +80,17 @@ def test_syntax_error_reads_like_pythons():
     assert not parsed.calls and parsed.errors and "Error during execution: " in parsed.errors[0]
 
 
-@pytest.mark.parametrize("text", ["Done, the file is moved.", "", "   ", "[]", "I cannot do that (no such function).", "Sure (moved it)."])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Done, the file is moved.",
+        "",
+        "   ",
+        "[]",
+        "I cannot do that (no such function).",
+        "Sure (moved it).",
+    ],
+)
 def test_plain_replies_and_empty_lists_have_no_calls(text):
     assert parse_action(text).is_reply
 

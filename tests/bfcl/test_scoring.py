@@ -91,12 +91,19 @@ def _perturbation_run(env, bfcl_verdict, kind, indices):
 
 #: share of perturbed entries that must score 0 (where BFCL's rules give 0; the rest
 #: are perturbations BFCL accepts, e.g. a wrong argument the backend ignores)
-MIN_ZERO_SHARE = {"drop_call": 0.95, "wrong_argument": 0.85, "extra_call": 1.0, "irrelevant_call": 1.0}
+MIN_ZERO_SHARE = {
+    "drop_call": 0.95,
+    "wrong_argument": 0.85,
+    "extra_call": 1.0,
+    "irrelevant_call": 1.0,
+}
 
 
 @pytest.mark.parametrize("kind", PERTURBATIONS)
 def test_perturbations_score_zero_and_agree_with_bfcl_checker_sample(bfcl_env, bfcl_verdict, kind):
-    scored, zeros, disagreements = _perturbation_run(bfcl_env, bfcl_verdict, kind, _sample(800, 100))
+    scored, zeros, disagreements = _perturbation_run(
+        bfcl_env, bfcl_verdict, kind, _sample(800, 100)
+    )
     assert scored >= 40
     assert not disagreements
     assert zeros / scored >= MIN_ZERO_SHARE[kind]

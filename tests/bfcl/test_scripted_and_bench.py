@@ -15,14 +15,22 @@ from trace_gym.errors import ConfigError
 
 
 def test_replay_position_counts_turns_and_calls():
-    actions = ["[cd(folder='a')]", "done", '<tool_call>{"name": "ls", "arguments": {}}</tool_call>', "[pwd(), ls()]"]
+    actions = [
+        "[cd(folder='a')]",
+        "done",
+        '<tool_call>{"name": "ls", "arguments": {}}</tool_call>',
+        "[pwd(), ls()]",
+    ]
     assert replay_position(actions) == (1, [["ls()"], ["pwd()", "ls()"]])
 
 
 def test_scripted_positional_ground_truth_becomes_keywords():
     entry = get_entry("multi_turn_base_0")  # turn 2 ground truth is sort('final_report.pdf')
     text = ScriptedBFCL(syntax="hermes").next_action(entry, 2, [], np.random.default_rng(0))
-    assert json.loads(text.split("\n")[1]) == {"name": "sort", "arguments": {"file_name": "final_report.pdf"}}
+    assert json.loads(text.split("\n")[1]) == {
+        "name": "sort",
+        "arguments": {"file_name": "final_report.pdf"},
+    }
 
 
 def test_scripted_is_done_after_the_turns_calls_and_replies_in_empty_turns():
@@ -45,8 +53,23 @@ def test_scripted_config_is_validated():
 def test_bench_cli_writes_the_json_keys(tmp_path):
     out = tmp_path / "bfcl.json"
     subprocess.run(
-        [sys.executable, "-m", "trace_gym.cli", "bench", "bfcl", "--limit", "3", "--repeats", "2", "--json", str(out)],
-        check=True, capture_output=True, text=True, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "trace_gym.cli",
+            "bench",
+            "bfcl",
+            "--limit",
+            "3",
+            "--repeats",
+            "2",
+            "--json",
+            str(out),
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     report = json.loads(out.read_text())
     assert {"checkpoint_ms", "restore_ms", "steps_per_s"} <= report.keys()

@@ -92,9 +92,22 @@ def test_errors_are_one_line_even_when_the_message_has_several(capsys):
 
 def test_the_installed_entry_point_prints_no_traceback(tmp_path):
     out = subprocess.run(
-        [sys.executable, "-m", "trace_gym.cli", "rollout", "--env", "trace/Sim-v0", "--tasks", "0", "--out", str(tmp_path / "t")],
-        capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "trace_gym.cli",
+            "rollout",
+            "--env",
+            "trace/Sim-v0",
+            "--tasks",
+            "0",
+            "--out",
+            str(tmp_path / "t"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert (
         out.returncode == 2
         and out.stderr == "trace-gym rollout: error: --tasks must be >= 1, got 0\n"

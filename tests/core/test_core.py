@@ -156,7 +156,12 @@ def test_over_long_action_is_an_observation_and_the_env_goes_on(countdown_env):
     obs, reward, term, trunc, info = env.step("add 1" + " " * 100)
     assert obs.startswith("Error: your message is 105 characters long; the limit is 50.")
     assert "unknown action" in obs  # the env's own answer to a message it cannot act on
-    assert (reward, term, info["error"], info["action_chars"]) == (0.0, False, "action_too_long", 105)
+    assert (reward, term, info["error"], info["action_chars"]) == (
+        0.0,
+        False,
+        "action_too_long",
+        105,
+    )
     assert env.turn == 1 and env._transcript[-2].endswith("... [105 characters, cut]")
     obs, *_ = env.step("add 1")
     assert obs.startswith("total=1")

@@ -65,7 +65,11 @@ def test_binary_rewards_keep_their_meaning_at_any_threshold():
 
 
 def test_effective_ratio_counts_raw_reward_spread():
-    trees = [_tree([[0.3, 0.9]], pid="a"), _tree([[1.0, 1.0]], pid="b"), _tree([[0.0], [1.0]], pid="c")]
+    trees = [
+        _tree([[0.3, 0.9]], pid="a"),
+        _tree([[1.0, 1.0]], pid="b"),
+        _tree([[0.0], [1.0]], pid="c"),
+    ]
     assert effective_ratio(trees) == pytest.approx(2 / 3)
     bm = batch_metrics(trees)
     assert bm["mixed_groups"] == 2 and bm["success_mixed_groups"] == 1

@@ -34,5 +34,7 @@ def test_add_a_policy_example_works():
 
 
 def test_quick_start_runs():
-    code = _block_after("## Quick start").replace("<search>who founded ...</search>", "<search>founder</search>")
+    code = _block_after("## Quick start").replace(
+        "<search>who founded ...</search>", "<search>founder</search>"
+    )
     exec(code, {})

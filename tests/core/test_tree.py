@@ -22,7 +22,13 @@ from trace_gym.tree import (
 
 
 def _turn(i: int) -> Turn:
-    return Turn(action=f"a{i}", observation=f"o{i}", token_ids=[i, i + 1], logprobs=[-0.5, -0.25], obs_token_ids=[9])
+    return Turn(
+        action=f"a{i}",
+        observation=f"o{i}",
+        token_ids=[i, i + 1],
+        logprobs=[-0.5, -0.25],
+        obs_token_ids=[9],
+    )
 
 
 def build_tree() -> RolloutTree:
@@ -165,7 +171,11 @@ def test_failure_record_and_policy_version_round_trip(tmp_path):
     assert b.failure == Failure("policy", "policy", "backend refused")
     d = json.loads(json.dumps(t.to_dict()))
     assert d["version"] == FORMAT_VERSION == 2
-    assert d["nodes"][1]["failure"] == {"where": "env.step", "kind": "env", "message": "OSError: backend crashed"}
+    assert d["nodes"][1]["failure"] == {
+        "where": "env.step",
+        "kind": "env",
+        "message": "OSError: backend crashed",
+    }
     assert d["nodes"][2]["policy_version"] == 7
     back = load_trees(save_trees([t], tmp_path / "v2.jsonl"))[0]
     assert back == t and back[1].failure == a.failure and back[2].policy_version == 7
@@ -235,12 +245,25 @@ def _edited(**node_changes) -> dict:
         (_edited(reward="1"), "node 3: 'reward' must be a number or null, got '1'"),
         (_edited(depth="0"), "node 3: 'depth' must be an integer"),
         (_edited(id=True), "node 3: 'id' must be an integer"),
-        (_edited(turn={**build_tree().to_dict()["nodes"][3]["turn"], "token_ids": ["a"]}), "turn: 'token_ids'"),
+        (
+            _edited(turn={**build_tree().to_dict()["nodes"][3]["turn"], "token_ids": ["a"]}),
+            "turn: 'token_ids'",
+        ),
         (_edited(turn="text"), "corrupted rollout tree"),
         ({**build_tree().to_dict(), "step": 2.5}, "'step' must be an integer"),
         ({**build_tree().to_dict(), "nodes": 7}, "corrupted rollout tree"),
     ],
-    ids=["no-nodes", "child-999", "reward-str", "depth-str", "id-bool", "token-str", "turn-str", "step-float", "nodes-int"],
+    ids=[
+        "no-nodes",
+        "child-999",
+        "reward-str",
+        "depth-str",
+        "id-bool",
+        "token-str",
+        "turn-str",
+        "step-float",
+        "nodes-int",
+    ],
 )
 def test_bad_fields_are_refused_on_load_with_file_and_line(tmp_path, d, match):
     path = tmp_path / "t.jsonl"

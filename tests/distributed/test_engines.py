@@ -27,7 +27,9 @@ def _args(policy, **kw):
 
 def _ray(policy, workers=2, engines=2, **kw):
     ray_kw = {k: kw.pop(k) for k in list(kw) if k.startswith("engine_") or k == "max_retries"}
-    rc = RayConfig(num_workers=workers, worker_cpus=0.25, num_engines=engines, engine_cpus=0.25, **ray_kw)
+    rc = RayConfig(
+        num_workers=workers, worker_cpus=0.25, num_engines=engines, engine_cpus=0.25, **ray_kw
+    )
     return RayRunner(*_args(policy, **kw), rc)
 
 
@@ -120,9 +122,15 @@ def test_hf_engines_take_the_trainers_weights_by_version(ray_local, tiny_dir):
 
     torch.manual_seed(0)
     driver = HFPolicy.from_pretrained(tiny_dir, max_new_tokens=24)
-    pool = EnginePool(ray_local, driver, 2, cpus=0.25, batching="batch",
-                      export="trace_gym.trainers.sync:engine_weights",
-                      apply="trace_gym.trainers.sync:load_engine_weights")  # fmt: skip
+    pool = EnginePool(
+        ray_local,
+        driver,
+        2,
+        cpus=0.25,
+        batching="batch",
+        export="trace_gym.trainers.sync:engine_weights",
+        apply="trace_gym.trainers.sync:load_engine_weights",
+    )
     try:
         convs = [_countdown_conv(s) for s in (1, 2)]
         pool.begin_step(0, driver)
@@ -146,8 +154,8 @@ def test_hf_engines_take_the_trainers_weights_by_version(ray_local, tiny_dir):
 @pytest.mark.slow
 def test_hf_engines_give_the_local_allocations_and_tree_shapes(tiny_dir):
     from trace_gym.agents.hf import HFPolicy
-
     from trace_gym.bench.engines import tree_shape
+
     from trace_gym.distributed import WorkerPolicy
 
     make = WorkerPolicy(HFPolicy.from_pretrained, tiny_dir, max_new_tokens=24)
@@ -169,14 +177,34 @@ def test_engine_bench_reports_speedup_barrier_ratio_and_identical_trees(tmp_path
     from trace_gym.bench.alloc import main
 
     out = tmp_path / "engines.json"
-    argv = ["--ray", "--engines", "1,2", "--env-workers", "1", "--roots", "8", "--ray-steps", "1",
-            "--latency", "0.002", "--latency-sigma", "1.0", "--barrier", "global,per-prompt",
-            "--json", str(out)]  # fmt: skip
+    argv = [
+        "--ray",
+        "--engines",
+        "1,2",
+        "--env-workers",
+        "1",
+        "--roots",
+        "8",
+        "--ray-steps",
+        "1",
+        "--latency",
+        "0.002",
+        "--latency-sigma",
+        "1.0",
+        "--barrier",
+        "global,per-prompt",
+        "--json",
+        str(out),
+    ]
     assert main(argv) == 0
     result = json.loads(out.read_text())
     assert result["trees_identical"] is True and result["ray_speedup"] > 0
     assert set(result["barrier"]) == {"1", "2"}
     rows = [r for r in result["rows"] if r["kind"] == "sim"]
     assert [(r["barrier"], r["engines"], r["workers"]) for r in rows] == [
-        ("global", 1, 1), ("global", 2, 1), ("per-prompt", 1, 1), ("per-prompt", 2, 1)]
+        ("global", 1, 1),
+        ("global", 2, 1),
+        ("per-prompt", 1, 1),
+        ("per-prompt", 2, 1),
+    ]
     assert all(0.0 <= r["idle_share"] <= 1.0 and r["episodes"] == rows[0]["episodes"] for r in rows)

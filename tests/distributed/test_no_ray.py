@@ -50,7 +50,9 @@ def test_missing_ray_raises_dependency_not_installed(monkeypatch):
 
 
 def test_make_runner_without_address_is_the_local_runner():
-    runner = make_runner(*_args(WorkerPolicy(RandomCountdownPolicy, answer_prob=0.3)), num_workers=4)
+    runner = make_runner(
+        *_args(WorkerPolicy(RandomCountdownPolicy, answer_prob=0.3)), num_workers=4
+    )
     assert type(runner) is BranchingRunner
     assert isinstance(runner.policy, RandomCountdownPolicy)  # WorkerPolicy built locally
     assert runner.policy.answer_prob == 0.3
@@ -68,7 +70,13 @@ def test_worker_policy_refuses_to_generate_in_the_driver():
 
 @pytest.mark.parametrize(
     "kwargs",
-    [dict(num_workers=0), dict(max_retries=-1), dict(worker_cpus=-1), dict(address=""), dict(num_cpus=0)],
+    [
+        dict(num_workers=0),
+        dict(max_retries=-1),
+        dict(worker_cpus=-1),
+        dict(address=""),
+        dict(num_cpus=0),
+    ],
 )
 def test_ray_config_rejects_bad_values(kwargs):
     with pytest.raises(ConfigError):
@@ -96,7 +104,9 @@ def test_merge_sums_worker_counters_and_keeps_driver_fields():
     report = DistributedStepReport(step=3, roots=10, selected=4)
     a = StepReport(step=3, replays=2, measured_turns=7, largest_batch=5, replays_by_depth={1: 2})
     a.events.append(Event(1, "closed", "p"))
-    b = StepReport(step=3, replays=1, measured_turns=4, largest_batch=3, replays_by_depth={1: 1, 2: 0})
+    b = StepReport(
+        step=3, replays=1, measured_turns=4, largest_batch=3, replays_by_depth={1: 1, 2: 0}
+    )
     b.time_s["policy"] = 1.5
     _merge(report, a)
     _merge(report, b)
@@ -111,7 +121,13 @@ def test_merge_sums_worker_counters_and_keeps_driver_fields():
 def test_wrappers_keep_outputs_and_crash_only_raises_in_the_driver():
     from trace_gym.policy import Conversation
 
-    conv = Conversation("trace/Countdown-v0", "count-0", "Reach 3 with 'add N' actions, then 'answer N'.", (), seed=7)
+    conv = Conversation(
+        "trace/Countdown-v0",
+        "count-0",
+        "Reach 3 with 'add N' actions, then 'answer N'.",
+        (),
+        seed=7,
+    )
     base = RandomCountdownPolicy().generate([conv])[0].text
     assert LatencyPolicy(RandomCountdownPolicy(), 0.0).generate([conv])[0].text == base
     crash = CrashOnCall(RandomCountdownPolicy(), call=2)

@@ -23,23 +23,31 @@ def countdown_env():
 
 
 def _config(**kw):
-    return RunnerConfig(root_budget=kw.pop("roots", 24), replays_per_root=2.0, m_max=8, seed=5, **kw)
+    return RunnerConfig(
+        root_budget=kw.pop("roots", 24), replays_per_root=2.0, m_max=8, seed=5, **kw
+    )
 
 
 def _local(policy, allocator="trace", predictor="features", **kw):
     return BranchingRunner(
-        policy, countdown_env, make_allocator(allocator, m_max=8),
-        make_predictor(predictor) if predictor else None, _config(**kw),
-    )  # fmt: skip
+        policy,
+        countdown_env,
+        make_allocator(allocator, m_max=8),
+        make_predictor(predictor) if predictor else None,
+        _config(**kw),
+    )
 
 
 def _ray(policy, allocator="trace", predictor="features", workers=2, **kw):
     ray_kw = {k: kw.pop(k) for k in ("max_retries", "sync_policy") if k in kw}
     return RayRunner(
-        policy, countdown_env, make_allocator(allocator, m_max=8),
-        make_predictor(predictor) if predictor else None, _config(**kw),
+        policy,
+        countdown_env,
+        make_allocator(allocator, m_max=8),
+        make_predictor(predictor) if predictor else None,
+        _config(**kw),
         RayConfig(num_workers=workers, worker_cpus=0.5, **ray_kw),
-    )  # fmt: skip
+    )
 
 
 def _dicts(trees):
@@ -50,8 +58,17 @@ def _assert_same_step(local_result, ray_result):
     (lt, lr), (rt, rr) = local_result, ray_result
     assert [t.prompt_id for t in rt] == [t.prompt_id for t in lt]
     assert _dicts(rt) == _dicts(lt)
-    for key in ("selected", "roots", "replays", "replays_unspent", "measured_turns", "env_steps",
-                "failed_branches", "generated_tokens", "replays_by_depth"):  # fmt: skip
+    for key in (
+        "selected",
+        "roots",
+        "replays",
+        "replays_unspent",
+        "measured_turns",
+        "env_steps",
+        "failed_branches",
+        "generated_tokens",
+        "replays_by_depth",
+    ):
         assert getattr(rr, key) == getattr(lr, key), key
     assert rr.predictor_update == lr.predictor_update
 
@@ -114,10 +131,15 @@ def test_when_every_worker_died_fresh_ones_rerun_the_step():
 def test_worker_built_policy_and_flat_allocator():
     local = _local(RandomCountdownPolicy(answer_prob=0.3), allocator="grpo", predictor=None)
     remote = make_runner(
-        WorkerPolicy(RandomCountdownPolicy, answer_prob=0.3), countdown_env,
-        make_allocator("grpo", m_max=8), None, _config(), ray_address="local",
-        num_workers=2, worker_cpus=0.5,
-    )  # fmt: skip
+        WorkerPolicy(RandomCountdownPolicy, answer_prob=0.3),
+        countdown_env,
+        make_allocator("grpo", m_max=8),
+        None,
+        _config(),
+        ray_address="local",
+        num_workers=2,
+        worker_cpus=0.5,
+    )
     assert isinstance(remote, RayRunner)
     try:
         _assert_same_step(local.run_step(0, TASKS), remote.run_step(0, TASKS))
@@ -141,9 +163,13 @@ class _BadPrefixAllocator:
 
 def test_an_error_raised_on_a_worker_is_raised_in_the_driver_not_retried():
     remote = RayRunner(
-        RandomCountdownPolicy(), countdown_env, _BadPrefixAllocator(), None, _config(),
+        RandomCountdownPolicy(),
+        countdown_env,
+        _BadPrefixAllocator(),
+        None,
+        _config(),
         RayConfig(num_workers=1, worker_cpus=0.5),
-    )  # fmt: skip
+    )
     try:
         with pytest.raises(AllocationError, match="prefix counts"):  # mid-step: not a ConfigError
             remote.run_step(0, TASKS)
@@ -188,7 +214,9 @@ def test_simulator_with_drift_matches_the_local_runner():
         return (factory, make_allocator("trace"), make_predictor("features"), cfg)
 
     local = BranchingRunner(SimPolicy("hotpotqa", drift=True), *args())
-    remote = RayRunner(SimPolicy("hotpotqa", drift=True), *args(), RayConfig(num_workers=2, worker_cpus=0.5))
+    remote = RayRunner(
+        SimPolicy("hotpotqa", drift=True), *args(), RayConfig(num_workers=2, worker_cpus=0.5)
+    )
     try:
         for step in range(3):
             _assert_same_step(local.run_step(step, tasks), remote.run_step(step, tasks))
@@ -200,7 +228,9 @@ def test_simulator_with_drift_matches_the_local_runner():
 def test_ray_bench_reports_every_setting_with_identical_trees():
     from trace_gym.bench.distributed import RayBenchConfig, format_ray_bench, run_ray_bench
 
-    result = run_ray_bench(RayBenchConfig(steps=1, roots=8, candidates=12, latency_s=0.0, max_batch=4))
+    result = run_ray_bench(
+        RayBenchConfig(steps=1, roots=8, candidates=12, latency_s=0.0, max_batch=4)
+    )
     rows = result["rows"]
     assert [r["workers"] for r in rows] == [None, 1, 2]
     assert all(r["same_trees"] for r in rows)
@@ -215,8 +245,22 @@ def test_bench_alloc_ray_cli(tmp_path):
     import sys
 
     out = tmp_path / "ray.json"
-    cmd = [sys.executable, "-m", "trace_gym.cli", "bench", "alloc", "--ray", "--roots", "8",
-           "--ray-steps", "1", "--latency", "0.01", "--json", str(out)]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "trace_gym.cli",
+        "bench",
+        "alloc",
+        "--ray",
+        "--roots",
+        "8",
+        "--ray-steps",
+        "1",
+        "--latency",
+        "0.01",
+        "--json",
+        str(out),
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "ray, 2 worker(s)" in proc.stdout and " NO" not in proc.stdout
@@ -227,16 +271,31 @@ def test_bench_alloc_ray_cli(tmp_path):
 def test_workers_that_cannot_be_placed_fail_at_construction():
     with pytest.raises(ConfigError, match="did not start within"):
         RayRunner(
-            RandomCountdownPolicy(), countdown_env, make_allocator("trace", m_max=8), None, _config(),
+            RandomCountdownPolicy(),
+            countdown_env,
+            make_allocator("trace", m_max=8),
+            None,
+            _config(),
             RayConfig(num_workers=1, worker_cpus=64, start_timeout_s=1.0),
-        )  # fmt: skip
+        )
 
 
 def test_rollout_cli_with_ray_writes_the_local_trees(tmp_path, capsys):
     from trace_gym.agents.rollout import main
 
-    common = ["--env", "trace/Sim-v0", "--policy", "sim", "--steps", "2", "--tasks", "12",
-              "--roots", "12", "--no-progress"]  # fmt: skip
+    common = [
+        "--env",
+        "trace/Sim-v0",
+        "--policy",
+        "sim",
+        "--steps",
+        "2",
+        "--tasks",
+        "12",
+        "--roots",
+        "12",
+        "--no-progress",
+    ]
     assert main([*common, "--out", str(tmp_path / "local.jsonl")]) == 0
     assert main([*common, "--out", str(tmp_path / "ray.jsonl"), "--ray", "--ray-workers", "2"]) == 0
     local, remote = (tmp_path / "local.jsonl").read_bytes(), (tmp_path / "ray.jsonl").read_bytes()

@@ -27,7 +27,11 @@ class _Handler(BaseHTTPRequestHandler):
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         seed = int(body["seed"])
         text = f"add {1 + seed % 3}" if seed % 4 else f"answer {seed % 7}"
-        reply = {"choices": [{"message": {"role": "assistant", "content": text}, "finish_reason": "stop"}]}
+        reply = {
+            "choices": [
+                {"message": {"role": "assistant", "content": text}, "finish_reason": "stop"}
+            ]
+        }
         data = json.dumps(reply).encode()
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
@@ -54,11 +58,17 @@ def test_worker_built_openai_client_gives_the_local_trees(server):
     cfg = openai_backend.OpenAIConfig(base_url=server, max_retries=0)
     tasks = [f"count-{i}" for i in range(8)]
     rc = RunnerConfig(root_budget=12, replays_per_root=1.0, m_max=8, seed=2)
-    local = BranchingRunner(openai_backend.OpenAIPolicy(cfg), env, make_allocator("trace", m_max=8), None, rc)
+    local = BranchingRunner(
+        openai_backend.OpenAIPolicy(cfg), env, make_allocator("trace", m_max=8), None, rc
+    )
     remote = RayRunner(
-        WorkerPolicy(openai_backend.OpenAIPolicy, cfg), env, make_allocator("trace", m_max=8), None, rc,
+        WorkerPolicy(openai_backend.OpenAIPolicy, cfg),
+        env,
+        make_allocator("trace", m_max=8),
+        None,
+        rc,
         RayConfig(num_workers=2, worker_cpus=0.5),
-    )  # fmt: skip
+    )
     try:
         a, b = local.run_step(0, tasks), remote.run_step(0, tasks)
     finally:

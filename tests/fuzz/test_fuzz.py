@@ -13,9 +13,9 @@ from pathlib import Path
 import gymnasium as gym
 import numpy as np
 import pytest
+from trace_gym.bench.fuzz import fuzz_action, fuzz_env
 
 import trace_gym
-from trace_gym.bench.fuzz import fuzz_action, fuzz_env
 from trace_gym.testing import CountdownEnv
 
 #: env id -> (fast-set actions, keyword arguments of gym.make, action length cap or None)

@@ -40,4 +40,6 @@ def dense_passages(small_passages):
     tasks, passages = small_passages
     tasks = tasks[:10]
     gold = {t for task in tasks for t in task.supporting_titles}
-    return tasks, [p for p in passages if p.title in gold] + [p for p in passages if p.title not in gold][:40]
+    return tasks, [p for p in passages if p.title in gold] + [
+        p for p in passages if p.title not in gold
+    ][:40]

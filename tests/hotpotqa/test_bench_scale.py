@@ -21,5 +21,12 @@ def test_sweep_reports_every_size_and_skips_dense_above_the_cap():
     assert len(ps) == 50 and len(ps[0].text.split()) == 60 and ps == synthetic_passages(50, seed=3)
     out = scale_sweep([300, 600], queries=20, dense_max=300)
     small, big = out["scale"]["300"], out["scale"]["600"]
-    assert {"bm25_build_s", "bm25_index_mb", "bm25_qps", "hnsw_build_s", "hnsw_index_mb", "hnsw_qps"} <= set(small)
+    assert {
+        "bm25_build_s",
+        "bm25_index_mb",
+        "bm25_qps",
+        "hnsw_build_s",
+        "hnsw_index_mb",
+        "hnsw_qps",
+    } <= set(small)
     assert big["hnsw"].startswith("skipped") and big["bm25_index_mb"] >= small["bm25_index_mb"]

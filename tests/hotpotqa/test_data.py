@@ -31,14 +31,18 @@ def test_real_sample_loads_through_the_real_loader(real_sample, tmp_path):
     (tmp_path / "dev.json").write_text(json.dumps(rows))
     assert load_hotpotqa(tmp_path / "dev.json") == tasks[:5]
     # a fullwiki test-style record (no answer, no supporting facts) still loads
-    (tmp_path / "test.json").write_text(json.dumps([{"_id": "x", "question": "q?", "context": rows[0]["context"]}]))
+    (tmp_path / "test.json").write_text(
+        json.dumps([{"_id": "x", "question": "q?", "context": rows[0]["context"]}])
+    )
     assert load_hotpotqa(tmp_path / "test.json")[0].answer == ""
 
 
 def test_wiki18_jsonl_loader(tmp_path):
     path = tmp_path / "wiki.jsonl.gz"
     with gzip.open(path, "wt") as f:
-        f.write(json.dumps({"id": "7", "contents": '"Ostra River"\nA river.\nSecond line.'}) + "\n\n")
+        f.write(
+            json.dumps({"id": "7", "contents": '"Ostra River"\nA river.\nSecond line.'}) + "\n\n"
+        )
     (p,) = load_wiki18(path)
     assert (p.id, p.title, p.text) == ("7", "Ostra River", "A river.\nSecond line.")
     assert passage_from_contents(p.id, p.contents) == p
@@ -73,4 +77,7 @@ def test_bundled_files_are_reproduced_exactly_by_the_builder(tmp_path):
     q, c = build_hotpotqa.build(tmp_path)
     assert q.read_bytes() == build_hotpotqa.QUESTIONS_FILE.read_bytes()
     assert c.read_bytes() == build_hotpotqa.CORPUS_FILE.read_bytes()
-    assert build_hotpotqa.QUESTIONS_FILE.stat().st_size + build_hotpotqa.CORPUS_FILE.stat().st_size < 2_000_000
+    assert (
+        build_hotpotqa.QUESTIONS_FILE.stat().st_size + build_hotpotqa.CORPUS_FILE.stat().st_size
+        < 2_000_000
+    )

@@ -80,13 +80,18 @@ def test_overlong_turns_are_refused_by_the_core_cap_alone(tmp_path):
     from trace_gym.core import TraceEnv
 
     assert gym.make("trace/HotpotQA-v0", cache_dir=str(tmp_path)).unwrapped.max_action_chars == (
-        TraceEnv.max_action_chars)
+        TraceEnv.max_action_chars
+    )
     e = gym.make("trace/HotpotQA-v0", max_action_chars=50, max_turns=3, cache_dir=str(tmp_path))
     base = e.unwrapped
     assert base.max_action_chars == 50
     e.reset(options={"task": 1})
-    obs, r, term, trunc, info = e.step("<answer>" + "x" * 60 + "</answer>")  # a valid answer, too long
-    assert not term and r == 0.0 and (info["error"], info["action_chars"]) == ("action_too_long", 77)
+    obs, r, term, trunc, info = e.step(
+        "<answer>" + "x" * 60 + "</answer>"
+    )  # a valid answer, too long
+    assert (
+        not term and r == 0.0 and (info["error"], info["action_chars"]) == ("action_too_long", 77)
+    )
     # one text: the core's line, then the env's hint for a turn it cannot act on
     assert obs.startswith("Error: your message is 77 characters long; the limit is 50.")
     assert "My previous action is invalid" in obs and info["action"] == "invalid"
@@ -123,7 +128,9 @@ def test_checkpoint_restores_task_turn_history_and_rng(env):
 
 def test_splits_limit_and_bad_config(tmp_path):
     dev = gym.make("trace/HotpotQA-v0", split="dev", cache_dir=str(tmp_path)).unwrapped
-    train = gym.make("trace/HotpotQA-v0", split="train", limit=10, cache_dir=str(tmp_path)).unwrapped
+    train = gym.make(
+        "trace/HotpotQA-v0", split="train", limit=10, cache_dir=str(tmp_path)
+    ).unwrapped
     assert not set(dev.task_ids) & set(train.task_ids) and len(train.task_ids) == 10
     assert dev.task_set != train.task_set
     with pytest.raises(ConfigError):

@@ -12,9 +12,37 @@ import gymnasium as gym
 import pytest
 from trace_gym.envs.hotpotqa import scripted
 
-_PIECES = ["<search>", "</search>", "<answer>", "</answer>", "<think>", "</think>", "<SEARCH>", "</Answer>",
-           "<information>", "Doc 1(Title: x) ", "who", " directed ", "Ostra", "?", "\n", "\x00", "\ud800",
-           "٣", "🙂", "é", "<", ">", "/", "\\", '"', "{}", "(", ")", " " * 50]
+_PIECES = [
+    "<search>",
+    "</search>",
+    "<answer>",
+    "</answer>",
+    "<think>",
+    "</think>",
+    "<SEARCH>",
+    "</Answer>",
+    "<information>",
+    "Doc 1(Title: x) ",
+    "who",
+    " directed ",
+    "Ostra",
+    "?",
+    "\n",
+    "\x00",
+    "\ud800",
+    "٣",
+    "🙂",
+    "é",
+    "<",
+    ">",
+    "/",
+    "\\",
+    '"',
+    "{}",
+    "(",
+    ")",
+    " " * 50,
+]
 
 
 def _action(rng: random.Random, cap: int) -> str:
@@ -29,7 +57,11 @@ def _action(rng: random.Random, cap: int) -> str:
 
 
 def _threads() -> int:
-    return len(os.listdir("/proc/self/task")) if os.path.isdir("/proc/self/task") else threading.active_count()
+    return (
+        len(os.listdir("/proc/self/task"))
+        if os.path.isdir("/proc/self/task")
+        else threading.active_count()
+    )
 
 
 def fuzz(n: int, seed: int) -> dict[str, int]:
@@ -52,7 +84,9 @@ def fuzz(n: int, seed: int) -> dict[str, int]:
     observations: list[str] = []
     base = env.unwrapped
     for _ in range(6):
-        obs, reward, term, trunc, _ = env.step(scripted.next_action(base.current_task.question, observations))
+        obs, reward, term, trunc, _ = env.step(
+            scripted.next_action(base.current_task.question, observations)
+        )
         observations.append(obs)
         if term or trunc:
             break
@@ -64,7 +98,11 @@ def fuzz(n: int, seed: int) -> dict[str, int]:
 
 def test_fuzz_short():
     seen = fuzz(300, seed=0)
-    assert seen.get("action_too_long", 0) > 0 and seen.get("unclosed_tag", 0) > 0 and seen.get("search", 0) > 0
+    assert (
+        seen.get("action_too_long", 0) > 0
+        and seen.get("unclosed_tag", 0) > 0
+        and seen.get("search", 0) > 0
+    )
 
 
 @pytest.mark.slow

@@ -23,7 +23,9 @@ from trace_gym.envs.hotpotqa.scripted import (
 
 
 def test_search_and_answer_are_parsed_and_think_is_ignored():
-    a = parse_action("<think>maybe <answer>x</answer>?</think>\n<search>  who   directed X </search>")
+    a = parse_action(
+        "<think>maybe <answer>x</answer>?</think>\n<search>  who   directed X </search>"
+    )
     assert (a.kind, a.content) == ("search", "who directed X")
     assert parse_action("<answer> Paris </answer>") == ("answer", "Paris", "", "")
     assert parse_action("<SEARCH>q</SEARCH>").kind == "search"
@@ -50,27 +52,49 @@ def test_malformed_turns_are_invalid_with_a_reason(text, error):
 
 
 def test_information_block_follows_search_r1_and_round_trips():
-    hits = [Hit(Passage("1", "Alpha Town", "Alpha is a town."), 3.0), Hit(Passage("2", "Beta", "Beta text."), 1.0)]
+    hits = [
+        Hit(Passage("1", "Alpha Town", "Alpha is a town."), 3.0),
+        Hit(Passage("2", "Beta", "Beta text."), 1.0),
+    ]
     obs = format_information(hits)
-    assert obs == "\n\n<information>Doc 1(Title: Alpha Town) Alpha is a town.\nDoc 2(Title: Beta) Beta text.</information>\n\n"
+    assert (
+        obs
+        == "\n\n<information>Doc 1(Title: Alpha Town) Alpha is a town.\nDoc 2(Title: Beta) Beta text.</information>\n\n"
+    )
     assert parse_documents([obs]) == {"Alpha Town": "Alpha is a town.", "Beta": "Beta text."}
     assert "No results." in format_information([])
 
 
 def test_prompt_carries_the_question():
     p = make_prompt("Who was born first, A or B?")
-    assert "<search> query </search>" in p and question_from_prompt(p) == "Who was born first, A or B?"
+    assert (
+        "<search> query </search>" in p and question_from_prompt(p) == "Who was born first, A or B?"
+    )
 
 
 def _regex_blocks(body: str) -> list[tuple[str, str]]:
     """The old, quadratic regex: the reference for which blocks a turn holds."""
-    return [(m.group(1).lower(), m.group(2).strip())
-            for m in re.finditer(r"<(search|answer)>(.*?)</\1>", body, re.S | re.I)]
+    return [
+        (m.group(1).lower(), m.group(2).strip())
+        for m in re.finditer(r"<(search|answer)>(.*?)</\1>", body, re.S | re.I)
+    ]
 
 
 def test_linear_parser_finds_the_same_blocks_as_the_regex():
     rng = random.Random(17)
-    pieces = ["<search>", "</search>", "<answer>", "</answer>", "<SEARCH>", "</Answer>", "a", " b ", "<", ">", "/"]
+    pieces = [
+        "<search>",
+        "</search>",
+        "<answer>",
+        "</answer>",
+        "<SEARCH>",
+        "</Answer>",
+        "a",
+        " b ",
+        "<",
+        ">",
+        "/",
+    ]
     for _ in range(3000):
         body = "".join(rng.choice(pieces) for _ in range(rng.randint(0, 12)))
         assert _blocks(body)[0] == _regex_blocks(body), body
@@ -86,14 +110,20 @@ def test_adversarial_turns_parse_in_linear_time():
 
 
 def test_titles_with_parentheses_are_parsed_whole():
-    hits = [Hit(Passage("1", "The Five(ish) Doctors Reboot", "A film (2013) by Davison."), 2.0),
-            Hit(Passage("2", "Smith (actor)", "An actor."), 1.0)]
+    hits = [
+        Hit(Passage("1", "The Five(ish) Doctors Reboot", "A film (2013) by Davison."), 2.0),
+        Hit(Passage("2", "Smith (actor)", "An actor."), 1.0),
+    ]
     assert parse_documents([format_information(hits)]) == {
-        "The Five(ish) Doctors Reboot": "A film (2013) by Davison.", "Smith (actor)": "An actor."}
+        "The Five(ish) Doctors Reboot": "A film (2013) by Davison.",
+        "Smith (actor)": "An actor.",
+    }
 
 
 def test_oracle_never_repeats_a_failed_query():
-    task = QATask("q", "Where was Zed born?", "Ostra", supporting_facts=(("Zed Person", 0), ("Ostra", 0)))
+    task = QATask(
+        "q", "Where was Zed born?", "Ostra", supporting_facts=(("Zed Person", 0), ("Ostra", 0))
+    )
     miss = format_information([Hit(Passage("9", "Unrelated", "Nothing here."), 1.0)])
     observations: list[str] = []
     queries = []

@@ -29,8 +29,10 @@ from trace_gym.checker import check_checkpoint
 
 pytestmark = [
     pytest.mark.pyserini,
-    pytest.mark.skipif(not pyserini_available(),
-                       reason="pyserini is not installed here (see scripts/setup_pyserini_venv.sh)"),
+    pytest.mark.skipif(
+        not pyserini_available(),
+        reason="pyserini is not installed here (see scripts/setup_pyserini_venv.sh)",
+    ),
 ]
 
 
@@ -49,8 +51,11 @@ def lucene(bundled):
 def _agreement(ours, theirs):
     """(mean top-10 overlap, fraction with the same top 1, fraction with identical top-10 lists)."""
     pairs = list(zip(_titles(ours), _titles(theirs), strict=True))
-    return (float(np.mean([len(set(a) & set(b)) / len(a) for a, b in pairs])),
-            float(np.mean([a[0] == b[0] for a, b in pairs])), float(np.mean([a == b for a, b in pairs])))
+    return (
+        float(np.mean([len(set(a) & set(b)) / len(a) for a, b in pairs])),
+        float(np.mean([a[0] == b[0] for a, b in pairs])),
+        float(np.mean([a == b for a, b in pairs])),
+    )
 
 
 def test_lucene_bm25_rankings_agree_with_bm25s_on_the_bundled_corpus(bundled, lucene):
@@ -62,8 +67,14 @@ def test_lucene_bm25_rankings_agree_with_bm25s_on_the_bundled_corpus(bundled, lu
     # ties are broken in corpus order by both (zero-padded Lucene docids, see lucene.py)
     assert top1 == 1.0 and overlap >= 0.99 and identical >= 0.95, (overlap, top1, identical)
     # the same BM25 (k1=0.9, b=0.4): the scores match too (Anserini lowers tied scores by 1e-6 a rank)
-    assert max(abs(x.score - y.score) for a, b in zip(ours, theirs, strict=True)
-               for x, y in zip(a, b, strict=True)) < 1e-3
+    assert (
+        max(
+            abs(x.score - y.score)
+            for a, b in zip(ours, theirs, strict=True)
+            for x, y in zip(a, b, strict=True)
+        )
+        < 1e-3
+    )
     hits = lucene.search([passages[5].title], 3)[0]
     assert passages[5].title in [h.passage.title for h in hits]
     assert all(a.score >= b.score for a, b in zip(hits, hits[1:], strict=False))
@@ -77,7 +88,9 @@ def test_lucene_bm25_agrees_with_bm25s_on_real_hotpotqa_paragraphs(real_sample):
     passages = context_passages(tasks)  # 4,920 real Wikipedia paragraphs, 500 questions
     queries = [t.question for t in tasks]
     lucene = PyseriniRetriever(passages)
-    overlap, top1, identical = _agreement(BM25Retriever(passages).search(queries, 10), lucene.search(queries, 10))
+    overlap, top1, identical = _agreement(
+        BM25Retriever(passages).search(queries, 10), lucene.search(queries, 10)
+    )
     lucene.close()
     # measured 0.976 / 0.976 / 0.486: real text meets the analyzer differences (module docstring),
     # which reorder the tail of many lists but seldom change what is retrieved
@@ -100,7 +113,9 @@ def test_env_builds_and_searches_a_lucene_index(tmp_path):
     env = gym.make("trace/HotpotQA-v0", retriever="pyserini", cache_dir=str(tmp_path), limit=40)
     base = env.unwrapped
     assert base.retriever.kind == "pyserini"
-    built = [p for p in tmp_path.iterdir() if (p / "lucene").is_dir() and p.name.startswith("pyserini-")]
+    built = [
+        p for p in tmp_path.iterdir() if (p / "lucene").is_dir() and p.name.startswith("pyserini-")
+    ]
     assert len(built) == 1  # the index was built once and cached on disk
     _, info = env.reset(options={"task": 0})
     assert info["retriever"] == "pyserini over 3,100 passages"

@@ -24,7 +24,9 @@ def test_bm25_finds_entities_and_round_trips_through_disk(small_passages, tmp_pa
     queries = [t.supporting_titles[0] for t in tasks]
     res = r.search(queries, k=3)
     assert len(res) == len(queries) and all(len(h) == 3 for h in res)
-    assert sum(q == hits[0] for q, hits in zip(queries, _titles(res), strict=True)) >= 0.9 * len(queries)
+    assert sum(q == hits[0] for q, hits in zip(queries, _titles(res), strict=True)) >= 0.9 * len(
+        queries
+    )
     assert all(hits[0].score >= hits[-1].score for hits in res)
     loaded = load_retriever(r.save(tmp_path / "idx"))
     assert isinstance(loaded, BM25Retriever) and _titles(loaded.search(queries, 3)) == _titles(res)
@@ -40,7 +42,9 @@ def test_open_retriever_caches_the_built_index(small_passages, tmp_path):
     cached = [p for p in tmp_path.iterdir() if (p / "meta.json").exists()]
     assert len(cached) == 1
     second = open_retriever("bm25", passages, cache_dir=tmp_path)
-    assert second is not first and _titles(second.search(["town"], 5)) == _titles(first.search(["town"], 5))
+    assert second is not first and _titles(second.search(["town"], 5)) == _titles(
+        first.search(["town"], 5)
+    )
     assert open_retriever(str(cached[0])).describe() == first.describe()
     with pytest.raises(UnknownNameError):
         build_retriever("tfidf", passages)
@@ -54,7 +58,9 @@ def test_batched_numba_search_equals_single_numpy_searches(bundled):
     tasks, passages = bundled
     r = BM25Retriever(passages)
     queries = [t.question for t in tasks[:64]]
-    batched = r.search(queries, 5)  # >= NUMBA_MIN_BATCH: numba kernels (JIT-compiled: slow first call)
+    batched = r.search(
+        queries, 5
+    )  # >= NUMBA_MIN_BATCH: numba kernels (JIT-compiled: slow first call)
     single = [r.search([q], 5)[0] for q in queries]  # numpy
     assert _titles(batched) == _titles(single)
 
@@ -75,7 +81,9 @@ def test_dense_flat_and_hnsw_agree_and_round_trip(dense_passages, minilm_embeddi
 
     tasks, passages = dense_passages
     enc, emb = minilm_embeddings
-    assert emb.shape == (len(passages), enc.dim) and np.allclose(np.linalg.norm(emb, axis=1), 1, atol=1e-4)
+    assert emb.shape == (len(passages), enc.dim) and np.allclose(
+        np.linalg.norm(emb, axis=1), 1, atol=1e-4
+    )
     flat = DenseRetriever(passages, index_type="flat", embeddings=emb)
     hnsw = DenseRetriever(passages, index_type="hnsw", embeddings=emb)
     flat._encoder = hnsw._encoder = enc  # reuse the loaded model

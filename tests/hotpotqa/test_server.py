@@ -29,7 +29,9 @@ def server(bundled):
 
 
 def _post(url: str, body: bytes, path: str = "/retrieve") -> tuple[int, dict]:
-    req = urllib.request.Request(url + path, data=body, headers={"Content-Type": "application/json"})
+    req = urllib.request.Request(
+        url + path, data=body, headers={"Content-Type": "application/json"}
+    )
     try:
         with urllib.request.urlopen(req, timeout=30) as r:
             return r.status, json.loads(r.read())
@@ -38,7 +40,10 @@ def _post(url: str, body: bytes, path: str = "/retrieve") -> tuple[int, dict]:
 
 
 def test_retrieve_has_search_r1_shape(server):
-    status, out = _post(server.url, json.dumps({"queries": ["Ostra", "town"], "topk": 2, "return_scores": True}).encode())
+    status, out = _post(
+        server.url,
+        json.dumps({"queries": ["Ostra", "town"], "topk": 2, "return_scores": True}).encode(),
+    )
     assert status == 200 and len(out["result"]) == 2 and len(out["result"][0]) == 2
     item = out["result"][0][0]
     assert set(item) == {"document", "score"} and set(item["document"]) == {"id", "contents"}
@@ -122,8 +127,14 @@ def test_unreachable_server_is_an_observation_not_a_crash():
 @pytest.fixture(scope="module")
 def tight(bundled):
     """A server with small limits and a long batching window, to exercise every refusal."""
-    limits = ServerLimits(max_body_bytes=4096, max_queries=8, max_topk=20, max_query_chars=200,
-                          read_timeout_s=0.5, batch_wait_ms=100)
+    limits = ServerLimits(
+        max_body_bytes=4096,
+        max_queries=8,
+        max_topk=20,
+        max_query_chars=200,
+        read_timeout_s=0.5,
+        batch_wait_ms=100,
+    )
     srv = make_server(BM25Retriever(bundled[1]), limits=limits)
     srv.start_background()
     yield srv
@@ -173,7 +184,11 @@ def test_concurrent_requests_are_micro_batched(tight, bundled):
 
     def one(i: int) -> None:
         barrier.wait()
-        codes.append(_post(tight.url, json.dumps({"queries": [bundled[0][i].question], "topk": 1 + i}).encode())[0])
+        codes.append(
+            _post(
+                tight.url, json.dumps({"queries": [bundled[0][i].question], "topk": 1 + i}).encode()
+            )[0]
+        )
 
     threads = [threading.Thread(target=one, args=(i,)) for i in range(8)]
     for t in threads:
@@ -206,8 +221,12 @@ def test_a_failing_retriever_is_a_500_and_the_server_survives(bundled):
 def test_bad_limits_and_cli_flags_are_one_line_errors():
     with pytest.raises(ConfigError, match="max_topk"):
         ServerLimits(max_topk=0)
-    out = subprocess.run([sys.executable, "-m", "trace_gym.cli", "serve-retriever", "--max-topk", "0"],
-                         capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-m", "trace_gym.cli", "serve-retriever", "--max-topk", "0"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 2 and out.stderr.strip().count("\n") == 0 and "max_topk" in out.stderr
 
 

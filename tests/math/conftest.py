@@ -47,7 +47,10 @@ def close_and_check(env: MathEnv) -> None:
     env.close()
     assert sandbox_processes(sb) == []
     if boot is not None:
-        assert not Path(f"/proc/{boot}").exists() or "Z" in Path(f"/proc/{boot}/stat").read_text().split()[2]
+        assert (
+            not Path(f"/proc/{boot}").exists()
+            or "Z" in Path(f"/proc/{boot}/stat").read_text().split()[2]
+        )
     if cgroup is not None:
         assert not Path(cgroup).exists()
 

@@ -12,8 +12,20 @@ from trace_gym.envs.math.bench_judge import build_pairs, equivalent_rewrite, per
 from trace_gym.envs.math.verify import canonical_equal
 
 
-@pytest.mark.parametrize("ref", ["33", "-7", "1000", "\\frac{3}{4}", "-\\frac{1}{8}", "2.5", "3\\sqrt{2}",
-                                 "\\dfrac{\\sqrt3}{2}", "6\\pi"])
+@pytest.mark.parametrize(
+    "ref",
+    [
+        "33",
+        "-7",
+        "1000",
+        "\\frac{3}{4}",
+        "-\\frac{1}{8}",
+        "2.5",
+        "3\\sqrt{2}",
+        "\\dfrac{\\sqrt3}{2}",
+        "6\\pi",
+    ],
+)
 def test_rewrites_are_equal_and_perturbations_are_not(ref):
     rng = random.Random(0)
     for _ in range(4):
@@ -50,7 +62,9 @@ def test_agreement_on_the_full_set(math_data_dir, capsys):
     pytest.importorskip("math_verify")
     report = run(math_data_dir)
     with capsys.disabled():
-        print("\n[bench judge]", json.dumps({k: v for k, v in report.items() if k != "disagreements"}))
+        print(
+            "\n[bench judge]", json.dumps({k: v for k, v in report.items() if k != "disagreements"})
+        )
     assert report["pairs"] >= 3000
     _assert_agrees(report)
 
@@ -58,8 +72,24 @@ def test_agreement_on_the_full_set(math_data_dir, capsys):
 def test_cli_writes_json(math_data_dir, tmp_path):
     pytest.importorskip("math_verify")
     out = tmp_path / "judge.json"
-    proc = subprocess.run([sys.executable, "-m", "trace_gym.cli", "bench", "judge", "--per-file", "3",
-                           "--data", str(math_data_dir), "--json", str(out)], capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "trace_gym.cli",
+            "bench",
+            "judge",
+            "--per-file",
+            "3",
+            "--data",
+            str(math_data_dir),
+            "--json",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr
     report = json.loads(out.read_text())
     assert report["pairs"] >= 9 and "agreement" in report and "pairs" in proc.stdout

@@ -15,7 +15,12 @@ import trace_gym  # noqa: F401 - registers the ids
 
 RECORDS = [
     {"problem": "What is $1+1$?", "answer": "2", "solution": "1+1=2"},
-    {"problem": "Simplify $\\frac{2}{4}$.", "answer": "\\boxed{\\frac{1}{2}}", "solution": "", "level": 1},
+    {
+        "problem": "Simplify $\\frac{2}{4}$.",
+        "answer": "\\boxed{\\frac{1}{2}}",
+        "solution": "",
+        "level": 1,
+    },
     {"problem": "Pick $x$.", "answer": "(1, 2]"},
 ]
 
@@ -57,7 +62,15 @@ def test_deepscaler_loader_formats(tmp_path, fmt):
         pq = pytest.importorskip("pyarrow.parquet")
         import pyarrow as pa
 
-        pq.write_table(pa.Table.from_pylist([{**r, "level": r.get("level", 0), "solution": r.get("solution", "")} for r in RECORDS]), path)
+        pq.write_table(
+            pa.Table.from_pylist(
+                [
+                    {**r, "level": r.get("level", 0), "solution": r.get("solution", "")}
+                    for r in RECORDS
+                ]
+            ),
+            path,
+        )
     ts = load_dataset(path)
     assert [t.answer for t in ts.tasks] == ["2", "\\frac{1}{2}", "(1, 2]"]
     assert ts.ids[0] == "set-00000" and ts.tasks[0].solution == "1+1=2"

@@ -32,12 +32,16 @@ def test_episode_protocol(math_env):
     obs, info = math_env.reset(seed=0, options={"task": "divisor-sum-001"})
     assert "sum of all positive divisors of 16483" in obs and "boxed" in obs
     assert "answer" not in info and info["topic"] == "number_theory"
-    obs, r, term, trunc, info = math_env.step("Try:\n```python\nimport sympy\nsympy.divisor_sigma(16483)\n```")
+    obs, r, term, trunc, info = math_env.step(
+        "Try:\n```python\nimport sympy\nsympy.divisor_sigma(16483)\n```"
+    )
     assert obs == "```output\n16848\n```" and info["status"] == "ok" and not term
     obs, r, term, trunc, info = math_env.step("```python\n1/0\n```")
     assert "ZeroDivisionError" in obs and "<cell" in obs and info["status"] == "error"
     obs, r, term, trunc, info = math_env.step("```python\nx = (1,\n```")
-    assert obs.startswith("```output\n  File \"<cell") and "SyntaxError" in obs and "ast.py" not in obs
+    assert (
+        obs.startswith('```output\n  File "<cell') and "SyntaxError" in obs and "ast.py" not in obs
+    )
     obs, r, term, trunc, info = math_env.step("I think it is about 16848.")
     assert "no code and no final answer" in obs and info["action"] == "invalid"
     obs, r, term, trunc, info = math_env.step("```python\nprint(1)\n```\n```python\nprint(2)\n```")
@@ -153,7 +157,9 @@ def test_interpreter_lost_between_cells_is_rebuilt_from_the_ledger(math_env):
 
 def test_interpreter_is_seeded_and_isolated(math_env):
     math_env.reset(seed=0, options={"task": 0})
-    obs = math_env.step("```python\nimport random, os\nprint(random.random(), os.environ['PYTHONHASHSEED'], os.getcwd())\n```")[0]
+    obs = math_env.step(
+        "```python\nimport random, os\nprint(random.random(), os.environ['PYTHONHASHSEED'], os.getcwd())\n```"
+    )[0]
     assert obs.startswith("```output\n0.8444218515250481 0 ")
     iso = math_env.sandbox.isolation
     if iso.get("uid") is not None:  # started as root: unprivileged uid, no network
@@ -166,7 +172,9 @@ def test_fallback_without_namespaces_still_blocks_network(closer, fast_sandbox):
     try:
         env.reset(seed=0, options={"task": 0})
         assert env.sandbox.isolation["netns"] is False
-        obs = env.step("```python\nimport socket\nsocket.create_connection(('127.0.0.1', 9), timeout=1)\n```")[0]
+        obs = env.step(
+            "```python\nimport socket\nsocket.create_connection(('127.0.0.1', 9), timeout=1)\n```"
+        )[0]
         assert "network access is disabled" in obs
         obs = env.step("```python\nwhile True:\n    pass\n```")[0]
         assert "TimeoutError" in obs or "InterpreterCrash" in obs
@@ -227,7 +235,9 @@ def test_pickled_checkpoint_restores_in_another_process(math_env, tmp_path):
         f"sys.stdout.write(env.step({PROBE!r})[0])\n"
         "env.close()\n"
     )
-    got = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True, timeout=300).stdout
+    got = subprocess.run(
+        [sys.executable, "-c", code], check=True, capture_output=True, text=True, timeout=300
+    ).stdout
     assert got == want
 
 

@@ -23,7 +23,11 @@ from trace_gym.envs.math.sandbox import Sandbox, SandboxConfig
 ROOT = os.geteuid() == 0
 CHECKOUT = Path(__file__).resolve().parents[2]
 FAST = {"cell_timeout_s": 3.0, "cell_cpu_s": 2.0, "memory_mb": 768, "max_snapshots": 8}
-LIMITED = {**FAST, "cell_timeout_s": 20.0, "cell_cpu_s": 1.0}  # CPU limit well below the wall limit, even under load
+LIMITED = {
+    **FAST,
+    "cell_timeout_s": 20.0,
+    "cell_cpu_s": 1.0,
+}  # CPU limit well below the wall limit, even under load
 MODES = ["bwrap", *(["namespaces"] if ROOT else []), "none"]
 
 
@@ -57,9 +61,13 @@ def _closed_clean(env: MathEnv) -> None:
     before = members.all()
     env.close()
     deadline = time.monotonic() + 3
-    while time.monotonic() < deadline and any(Path(f"/proc/{p}").exists() and not _zombie(p) for p in before):
+    while time.monotonic() < deadline and any(
+        Path(f"/proc/{p}").exists() and not _zombie(p) for p in before
+    ):
         time.sleep(0.05)
-    assert not [p for p in before if Path(f"/proc/{p}").exists() and not _zombie(p)], "processes survived close()"
+    assert not [p for p in before if Path(f"/proc/{p}").exists() and not _zombie(p)], (
+        "processes survived close()"
+    )
     assert boot is None or boot.poll() is not None
 
 
@@ -108,7 +116,7 @@ ANSWERS = [
     "__import__('os').system('touch {marker}')",
     "().__class__.__bases__[0].__subclasses__()",
     "getattr(__builtins__, '__imp' + 'ort__')('os').system('touch {marker}')",
-    "eval('__import__(\"os\").system(\"touch {marker}\")')",
+    'eval(\'__import__("os").system("touch {marker}")\')',
     "exec(chr(105)+chr(109)+'port os')",
     "lambda: __import__('os')",
     "x.__globals__['os']",
@@ -156,7 +164,9 @@ def test_answers_that_try_to_run_code_score_zero(answer_env, text, tmp_path):
     marker = Path("/tmp") / f"trace-gym-answer-ran-{os.getpid()}"
     env = answer_env
     env.reset(seed=0, options={"task": 0})
-    _obs, reward, term, _trunc, info = env.step("The answer is \\boxed{" + text.replace("{marker}", str(marker)) + "}")
+    _obs, reward, term, _trunc, info = env.step(
+        "The answer is \\boxed{" + text.replace("{marker}", str(marker)) + "}"
+    )
     assert term and reward == 0.0 and not info["correct"]
     assert not marker.exists(), "an answer ran code on the host"
 
@@ -170,11 +180,21 @@ def test_verifier_runs_in_the_sandbox():
         worker = pool._all[0]  # noqa: SLF001
         assert worker.mode == "bwrap"
         # a probe through the same launcher: no network, no checkout, unprivileged
-        probe = (f"import os, socket\nprint(os.getuid(), os.path.exists({str(CHECKOUT / 'pyproject.toml')!r}))\n"
-                 "try:\n    socket.create_connection(('1.1.1.1', 80), 1)\nexcept OSError as e:\n    print('net', e.errno)")
-        spec = isolation.Launch([isolation.python_executable(), "-S", "-c", probe], "bwrap",
-                                uid=231_000 if ROOT else None)
-        out = isolation.launch(spec, stdout=subprocess.PIPE).communicate(timeout=30)[0].decode().split()
+        probe = (
+            f"import os, socket\nprint(os.getuid(), os.path.exists({str(CHECKOUT / 'pyproject.toml')!r}))\n"
+            "try:\n    socket.create_connection(('1.1.1.1', 80), 1)\nexcept OSError as e:\n    print('net', e.errno)"
+        )
+        spec = isolation.Launch(
+            [isolation.python_executable(), "-S", "-c", probe],
+            "bwrap",
+            uid=231_000 if ROOT else None,
+        )
+        out = (
+            isolation.launch(spec, stdout=subprocess.PIPE)
+            .communicate(timeout=30)[0]
+            .decode()
+            .split()
+        )
         assert out[0] != "0" and out[1] == "False" and out[2] == "net"
     finally:
         pool.close()
@@ -243,14 +263,30 @@ PROBES = [
     ("read_checkout", f"print(open({str(CHECKOUT / 'pyproject.toml')!r}).read()[:20])", "Error"),
     ("read_host_etc", "print(open('/etc/passwd').read()[:20])", "Error"),
     ("read_host_home", "import os\nprint(os.listdir('/root'), os.listdir('/home'))", "Error"),
-    ("write_host_tmp_canary", "open({canary!r}, 'w').write('pwned')", ""),  # the sandbox's own /tmp: allowed
+    (
+        "write_host_tmp_canary",
+        "open({canary!r}, 'w').write('pwned')",
+        "",
+    ),  # the sandbox's own /tmp: allowed
     ("write_checkout_canary", "open({checkout!r}, 'w').write('pwned')", "Error"),
     ("write_usr", "open('/usr/pwned', 'w').write('x')", "Error"),
-    ("connect_host_socket", "import socket\ns = socket.socket(socket.AF_UNIX)\ns.connect({sock!r})", "Error"),
-    ("list_host_processes", "import os\nps = [p for p in os.listdir('/proc') if p.isdigit()]\n"
-     "cmds = [open(f'/proc/{{p}}/cmdline', 'rb').read() for p in ps]\n"
-     "print('seen', len(ps), any(b'pytest' in c for c in cmds))", "seen"),
-    ("escape_workdir_symlink", "import os\nos.symlink({checkout!r}, 'link')\nopen('link', 'w').write('pwned')", "Error"),
+    (
+        "connect_host_socket",
+        "import socket\ns = socket.socket(socket.AF_UNIX)\ns.connect({sock!r})",
+        "Error",
+    ),
+    (
+        "list_host_processes",
+        "import os\nps = [p for p in os.listdir('/proc') if p.isdigit()]\n"
+        "cmds = [open(f'/proc/{{p}}/cmdline', 'rb').read() for p in ps]\n"
+        "print('seen', len(ps), any(b'pytest' in c for c in cmds))",
+        "seen",
+    ),
+    (
+        "escape_workdir_symlink",
+        "import os\nos.symlink({checkout!r}, 'link')\nopen('link', 'w').write('pwned')",
+        "Error",
+    ),
     ("devices", "import os\nprint(sorted(os.listdir('/dev')))\nopen('/dev/sda', 'rb')", "Error"),
     ("proc_mem_of_init", "open('/proc/1/mem', 'r+b')", "Error"),
 ]
@@ -301,7 +337,9 @@ def test_seccomp_denies_what_it_documents():
         r = sb.run(code)
         # unshare, ptrace, mount, bpf, keyctl, perf_event_open, setns: EPERM (1) each
         assert r.output.split() == ["1"] * 7, (r.output, r.error)
-        assert "Seccomp:\t2" in sb.run("print(open('/proc/self/status').read())").output  # 2: a filter is loaded
+        assert (
+            "Seccomp:\t2" in sb.run("print(open('/proc/self/status').read())").output
+        )  # 2: a filter is loaded
         assert sb.run("print(1)").output == "1\n"
     finally:
         sb.close()
@@ -312,18 +350,28 @@ def test_files_are_part_of_a_snapshot(canaries):
     env = MathEnv(sandbox=dict(FAST))
     try:
         env.reset(seed=0, options={"task": 0})
-        env.step("```python\nimport os\nopen('a.txt', 'w').write('before')\nos.mkdir('d')\n"
-                 "open('d/b.txt', 'w').write('nested')\nos.symlink('/etc/hostname', 'link')\nos.mkfifo('fifo')\n```")
+        env.step(
+            "```python\nimport os\nopen('a.txt', 'w').write('before')\nos.mkdir('d')\n"
+            "open('d/b.txt', 'w').write('nested')\nos.symlink('/etc/hostname', 'link')\nos.mkfifo('fifo')\n```"
+        )
         ck = env.checkpoint()
         assert ck.local is not None
-        env.step("```python\nopen('a.txt', 'w').write('after')\nos.remove('d/b.txt')\nopen('new.txt', 'w')\n```")
+        env.step(
+            "```python\nopen('a.txt', 'w').write('after')\nos.remove('d/b.txt')\nopen('new.txt', 'w')\n```"
+        )
         env.restore(ck)
-        obs, *_ = env.step("```python\nprint(open('a.txt').read(), open('d/b.txt').read(), sorted(os.listdir('.')),"
-                           " os.readlink('link'))\n```")
-        assert "before nested ['a.txt', 'd', 'link'] /etc/hostname" in obs, obs  # the FIFO is not copied
+        obs, *_ = env.step(
+            "```python\nprint(open('a.txt').read(), open('d/b.txt').read(), sorted(os.listdir('.')),"
+            " os.readlink('link'))\n```"
+        )
+        assert "before nested ['a.txt', 'd', 'link'] /etc/hostname" in obs, (
+            obs
+        )  # the FIFO is not copied
         # a work dir over the cap: that checkpoint replays the ledger, and still gives the right files
-        env.step("```python\nwith open('sparse.bin', 'wb') as f:\n    f.truncate(15 << 20)\n"
-                 "with open('big.bin', 'wb') as f:\n    f.write(b'1' * (2 << 20))\n```")
+        env.step(
+            "```python\nwith open('sparse.bin', 'wb') as f:\n    f.truncate(15 << 20)\n"
+            "with open('big.bin', 'wb') as f:\n    f.write(b'1' * (2 << 20))\n```"
+        )
         big = env.checkpoint()
         assert big.local is None
         env.step("```python\nos.remove('big.bin')\n```")
@@ -339,15 +387,19 @@ def test_live_threads_make_the_checkpoint_replay_and_say_so(canaries):
     env = MathEnv(sandbox=dict(FAST))
     try:
         env.reset(seed=0, options={"task": 0})
-        obs, *_ = env.step("```python\nimport threading, time\nticks = []\n"
-                           "threading.Thread(target=lambda: [ticks.append(1) or time.sleep(0.01) for _ in range(10**6)],"
-                           " daemon=True).start()\nprint('started')\n```")
+        obs, *_ = env.step(
+            "```python\nimport threading, time\nticks = []\n"
+            "threading.Thread(target=lambda: [ticks.append(1) or time.sleep(0.01) for _ in range(10**6)],"
+            " daemon=True).start()\nprint('started')\n```"
+        )
         assert "thread(s) started by your code are still running" in obs, obs
         ck = env.checkpoint()
         assert ck.local is None  # a fork would keep only the main thread
         env.step("```python\nticks = None\n```")
         env.restore(ck)
-        obs, *_ = env.step("```python\ntime.sleep(0.2)\nprint(len(ticks) > 0, threading.active_count())\n```")
+        obs, *_ = env.step(
+            "```python\ntime.sleep(0.2)\nprint(len(ticks) > 0, threading.active_count())\n```"
+        )
         assert "True 2" in obs, obs
         _contained(env, canaries)
     finally:
@@ -361,10 +413,18 @@ LIMITS = [
     ("wall", "import time\ntime.sleep(30)", "longer than 20 s"),
     ("file_size", "open('f.bin', 'wb').write(b'0' * (17 << 20))", "file size limit (16 MiB)"),
     ("open_files", "fs = [open('f%d' % i, 'w') for i in range(1000)]", "open files limit (64)"),
-    ("processes", "import threading, time\nts = []\nwhile True:\n    t = threading.Thread(target=time.sleep, args=(5,))\n"
-     "    t.start()\n    ts.append(t)", "process/thread limit"),
+    (
+        "processes",
+        "import threading, time\nts = []\nwhile True:\n    t = threading.Thread(target=time.sleep, args=(5,))\n"
+        "    t.start()\n    ts.append(t)",
+        "process/thread limit",
+    ),
     ("output", "print('x' * 10**6)", "output truncated"),
-    ("disk", "for i in range(100):\n    open('part%d' % i, 'wb').write(b'0' * (15 << 20))", "is full"),
+    (
+        "disk",
+        "for i in range(100):\n    open('part%d' % i, 'wb').write(b'0' * (15 << 20))",
+        "is full",
+    ),
 ]
 
 

@@ -21,45 +21,113 @@ import trace_gym  # noqa: F401 - registers the ids
 
 # Minerva (DeepScaleR packaging): `answer` is a one-element list, often with a trailing newline
 MINERVA = [
-    {"problem": "Preamble: A star has a parallax of 0.1 arcsec. Compute its distance in parsecs.",
-     "answer": ["10\n"], "solution": "$d = 1/p = \\boxed{10}$ parsecs.", "type": "Introduction to Astronomy"},
-    {"problem": "What is the wavelength in micrometres of the peak of a 302 K black body? Give one decimal.",
-     "answer": ["9.6\n"], "solution": "Wien's law gives \\boxed{9.6}.", "type": "Introduction to Astronomy"},
-    {"problem": "Compute the energy in eV of a photon of wavelength 500 nm, to two decimal places.",
-     "answer": ["2.48"], "solution": "", "type": "Physical Chemistry"},
-    {"problem": "How many seconds are in one hour?", "answer": [3600.0], "solution": "", "type": "Units"},
-    {"problem": "Give the speed of light in m/s to two significant figures.",
-     "answer": ["3 \\times 10^{8}\n"], "solution": "", "type": "Relativity"},
-    {"problem": "Find the ratio of the two masses as a fraction.", "answer": ["\\frac{1}{4}\n"], "solution": "",
-     "type": "Dynamics"},
+    {
+        "problem": "Preamble: A star has a parallax of 0.1 arcsec. Compute its distance in parsecs.",
+        "answer": ["10\n"],
+        "solution": "$d = 1/p = \\boxed{10}$ parsecs.",
+        "type": "Introduction to Astronomy",
+    },
+    {
+        "problem": "What is the wavelength in micrometres of the peak of a 302 K black body? Give one decimal.",
+        "answer": ["9.6\n"],
+        "solution": "Wien's law gives \\boxed{9.6}.",
+        "type": "Introduction to Astronomy",
+    },
+    {
+        "problem": "Compute the energy in eV of a photon of wavelength 500 nm, to two decimal places.",
+        "answer": ["2.48"],
+        "solution": "",
+        "type": "Physical Chemistry",
+    },
+    {
+        "problem": "How many seconds are in one hour?",
+        "answer": [3600.0],
+        "solution": "",
+        "type": "Units",
+    },
+    {
+        "problem": "Give the speed of light in m/s to two significant figures.",
+        "answer": ["3 \\times 10^{8}\n"],
+        "solution": "",
+        "type": "Relativity",
+    },
+    {
+        "problem": "Find the ratio of the two masses as a fraction.",
+        "answer": ["\\frac{1}{4}\n"],
+        "solution": "",
+        "type": "Dynamics",
+    },
 ]
 # OlympiadBench (DeepScaleR packaging): lists of $-delimited strings; several strings = several parts
 OLYMPIAD = [
-    {"problem": "Let $T=7$. Compute the number of positive divisors of $T^2$.", "answer": ["$3$"],
-     "solution": ["$T^2=49$ has divisors 1, 7, 49."], "id": 2701, "subfield": "Number Theory",
-     "answer_type": "Numerical", "is_multiple_answer": False},
-    {"problem": "Determine all real numbers $x$ such that $x^2 - x - 2 = 0$.", "answer": ["$2$", "$-1$"],
-     "solution": ["Factor: $(x-2)(x+1)=0$."], "id": 2702, "subfield": "Algebra",
-     "answer_type": "Numerical", "is_multiple_answer": True},
-    {"problem": "The line $y = ax + b$ passes through $(1, 8)$ and $(2, 11)$. Compute $a$ and $b$.",
-     "answer": ["3", "5"], "solution": ["Slope 3, intercept 5."], "id": 2703, "subfield": "Algebra",
-     "answer_type": "Numerical", "is_multiple_answer": True},
-    {"problem": "Compute $\\frac{7}{2}$ as a decimal.", "answer": [3.5], "solution": [], "id": 2704,
-     "subfield": "Algebra", "answer_type": "Numerical", "is_multiple_answer": False},
-    {"problem": "Compute $\\sqrt{12}$ in simplest radical form.", "answer": ["$2 \\sqrt{3}$\n"], "solution": [],
-     "id": 2705, "subfield": "Algebra", "answer_type": "Expression", "is_multiple_answer": False},
-    {"problem": "Compute $100 + 42$.", "answer": "142.0", "solution": "", "id": 2706, "subfield": "Algebra"},
+    {
+        "problem": "Let $T=7$. Compute the number of positive divisors of $T^2$.",
+        "answer": ["$3$"],
+        "solution": ["$T^2=49$ has divisors 1, 7, 49."],
+        "id": 2701,
+        "subfield": "Number Theory",
+        "answer_type": "Numerical",
+        "is_multiple_answer": False,
+    },
+    {
+        "problem": "Determine all real numbers $x$ such that $x^2 - x - 2 = 0$.",
+        "answer": ["$2$", "$-1$"],
+        "solution": ["Factor: $(x-2)(x+1)=0$."],
+        "id": 2702,
+        "subfield": "Algebra",
+        "answer_type": "Numerical",
+        "is_multiple_answer": True,
+    },
+    {
+        "problem": "The line $y = ax + b$ passes through $(1, 8)$ and $(2, 11)$. Compute $a$ and $b$.",
+        "answer": ["3", "5"],
+        "solution": ["Slope 3, intercept 5."],
+        "id": 2703,
+        "subfield": "Algebra",
+        "answer_type": "Numerical",
+        "is_multiple_answer": True,
+    },
+    {
+        "problem": "Compute $\\frac{7}{2}$ as a decimal.",
+        "answer": [3.5],
+        "solution": [],
+        "id": 2704,
+        "subfield": "Algebra",
+        "answer_type": "Numerical",
+        "is_multiple_answer": False,
+    },
+    {
+        "problem": "Compute $\\sqrt{12}$ in simplest radical form.",
+        "answer": ["$2 \\sqrt{3}$\n"],
+        "solution": [],
+        "id": 2705,
+        "subfield": "Algebra",
+        "answer_type": "Expression",
+        "is_multiple_answer": False,
+    },
+    {
+        "problem": "Compute $100 + 42$.",
+        "answer": "142.0",
+        "solution": "",
+        "id": 2706,
+        "subfield": "Algebra",
+    },
 ]
 # task index -> (correct boxed answers, wrong boxed answers)
 MINERVA_CASES = {
-    0: (["10"], ["11", "1"]), 1: (["9.6", "9.60"], ["9.7", "96"]), 2: (["2.48"], ["2.5", "24.8"]),
-    3: (["3600", "3600.0"], ["360"]), 4: (["3\\times10^8", "300000000"], ["3\\times10^{9}"]),
+    0: (["10"], ["11", "1"]),
+    1: (["9.6", "9.60"], ["9.7", "96"]),
+    2: (["2.48"], ["2.5", "24.8"]),
+    3: (["3600", "3600.0"], ["360"]),
+    4: (["3\\times10^8", "300000000"], ["3\\times10^{9}"]),
     5: (["\\frac14", "0.25"], ["\\frac{1}{3}", "4"]),
 }
 OLYMPIAD_CASES = {
-    0: (["3"], ["4"]), 1: (["2, -1", "-1, 2", "x=2, x=-1", "\\{-1, 2\\}"], ["2", "2, 1", "2, -1, 0"]),
+    0: (["3"], ["4"]),
+    1: (["2, -1", "-1, 2", "x=2, x=-1", "\\{-1, 2\\}"], ["2", "2, 1", "2, -1, 0"]),
     2: (["3, 5", "(3, 5)", "3 \\text{ and } 5"], ["5, 3", "3", "3, 5, 7", "3, 6"]),
-    3: (["3.5", "\\frac{7}{2}"], ["3.6"]), 4: (["2\\sqrt{3}", "\\sqrt{12}"], ["3\\sqrt{2}", "3.4641"]),
+    3: (["3.5", "\\frac{7}{2}"], ["3.6"]),
+    4: (["2\\sqrt{3}", "\\sqrt{12}"], ["3\\sqrt{2}", "3.4641"]),
     5: (["142"], ["143"]),
 }
 
@@ -79,26 +147,56 @@ def _write(tmp_path, name, records, jsonl=False):
 
 def test_normalize_answer_rule():
     assert normalize_answer(["9.6\n"]) == "9.6" and type(normalize_answer(["9.6\n"])) is str
-    assert normalize_answer(142.0) == "142" and normalize_answer(142) == "142" and normalize_answer("142.0") == "142"
+    assert (
+        normalize_answer(142.0) == "142"
+        and normalize_answer(142) == "142"
+        and normalize_answer("142.0") == "142"
+    )
     assert normalize_answer([3600.0]) == "3600" and normalize_answer(0.25) == "0.25"
     assert normalize_answer("033") == "033"  # leading zeros are kept: the judge reads 033 as 33
-    assert normalize_answer("$\\frac{1}{2}$ \n") == "\\frac{1}{2}" and normalize_answer("\\boxed{7}\n") == "7"
-    assert normalize_answer("\\, 5 \\quad") == "5" and normalize_answer("$5$ and $6$") == "$5$ and $6$"
-    assert normalize_answer("\\begin{pmatrix} 1 & \\phantom -1 \\end{pmatrix}") == "\\begin{pmatrix} 1 & 1 \\end{pmatrix}"
-    assert normalize_answer(None) == "" and normalize_answer([]) == "" and normalize_answer(["", None]) == ""
+    assert (
+        normalize_answer("$\\frac{1}{2}$ \n") == "\\frac{1}{2}"
+        and normalize_answer("\\boxed{7}\n") == "7"
+    )
+    assert (
+        normalize_answer("\\, 5 \\quad") == "5" and normalize_answer("$5$ and $6$") == "$5$ and $6$"
+    )
+    assert (
+        normalize_answer("\\begin{pmatrix} 1 & \\phantom -1 \\end{pmatrix}")
+        == "\\begin{pmatrix} 1 & 1 \\end{pmatrix}"
+    )
+    assert (
+        normalize_answer(None) == ""
+        and normalize_answer([]) == ""
+        and normalize_answer(["", None]) == ""
+    )
     multi = normalize_answer(["$3$", " 5\n"], "Compute $a$ and $b$.")
-    assert isinstance(multi, Reference) and multi == "3, 5" and multi.parts == ("3", "5") and multi.ordered
+    assert (
+        isinstance(multi, Reference)
+        and multi == "3, 5"
+        and multi.parts == ("3", "5")
+        and multi.ordered
+    )
     unordered = normalize_answer(["2", "-1"], "Find all real $x$ with $x^2=x+2$.")
     assert not unordered.ordered
-    assert pickle.loads(pickle.dumps(unordered)) == unordered and not pickle.loads(pickle.dumps(unordered)).ordered
+    assert (
+        pickle.loads(pickle.dumps(unordered)) == unordered
+        and not pickle.loads(pickle.dumps(unordered)).ordered
+    )
 
 
-@pytest.mark.parametrize("problem,want", [
-    ("Find all real numbers $x$ such that ...", True), ("Determine all pairs $(a, b)$ ...", True),
-    ("What are all possible values of $n$?", True), ("Compute the set of all $x$ ...", True),
-    ("Compute $a$ and $b$.", False), ("For all positive integers $n$, $f(n)=2n$. Find $f(1)$ and $f(2)$.", False),
-    ("Find the two roots in increasing order.", False),
-])
+@pytest.mark.parametrize(
+    "problem,want",
+    [
+        ("Find all real numbers $x$ such that ...", True),
+        ("Determine all pairs $(a, b)$ ...", True),
+        ("What are all possible values of $n$?", True),
+        ("Compute the set of all $x$ ...", True),
+        ("Compute $a$ and $b$.", False),
+        ("For all positive integers $n$, $f(n)=2n$. Find $f(1)$ and $f(2)$.", False),
+        ("Find the two roots in increasing order.", False),
+    ],
+)
 def test_asks_for_set_is_conservative(problem, want):
     assert asks_for_set(problem) is want
 
@@ -108,8 +206,17 @@ def test_loader_warns_with_file_and_count(tmp_path, caplog):
     with caplog.at_level(logging.WARNING, logger="trace_gym.envs.math.data"):
         ts = load_dataset(path)
     # every Minerva answer here is a list, so all six were coerced
-    assert any(str(path) in r.getMessage() and " 6 of 6 records" in r.getMessage() for r in caplog.records)
-    assert [t.answer for t in ts.tasks] == ["10", "9.6", "2.48", "3600", "3 \\times 10^{8}", "\\frac{1}{4}"]
+    assert any(
+        str(path) in r.getMessage() and " 6 of 6 records" in r.getMessage() for r in caplog.records
+    )
+    assert [t.answer for t in ts.tasks] == [
+        "10",
+        "9.6",
+        "2.48",
+        "3600",
+        "3 \\times 10^{8}",
+        "\\frac{1}{4}",
+    ]
     caplog.clear()
     plain = _write(tmp_path, "plain.json", [{"problem": "p", "answer": "7"}])
     with caplog.at_level(logging.WARNING, logger="trace_gym.envs.math.data"):
@@ -125,13 +232,17 @@ def test_olympiad_layout_loads(tmp_path):
     assert ts.tasks[0].solution.startswith("$T^2=49$") and ts.ids[0] == "2701"
 
 
-@pytest.mark.parametrize("name,records,cases", [("minerva.json", MINERVA, MINERVA_CASES),
-                                                 ("olympiad.json", OLYMPIAD, OLYMPIAD_CASES)])
+@pytest.mark.parametrize(
+    "name,records,cases",
+    [("minerva.json", MINERVA, MINERVA_CASES), ("olympiad.json", OLYMPIAD, OLYMPIAD_CASES)],
+)
 def test_layout_answers_score_right(tmp_path, pool, name, records, cases):
     tasks = load_dataset(_write(tmp_path, name, records)).tasks
     wrong_accepted, right_rejected = [], []
     for i, (right, wrong) in cases.items():
-        for text, want, bucket in [(r, True, right_rejected) for r in right] + [(w, False, wrong_accepted) for w in wrong]:
+        for text, want, bucket in [(r, True, right_rejected) for r in right] + [
+            (w, False, wrong_accepted) for w in wrong
+        ]:
             parsed = parse_action(f"So the answer is $\\boxed{{{text}}}$.")
             verdict = verify_answer(parsed.answer, tasks[i].answer, pool)
             if verdict.correct is not want:
@@ -143,8 +254,15 @@ def test_layouts_through_env_step(tmp_path, fast_sandbox):
     path = _write(tmp_path, "olympiad.json", OLYMPIAD + MINERVA)
     env = gym.make("trace/Math-v0", dataset=str(path), sandbox=fast_sandbox)
     try:
-        for task, text, want in [(2, "3, 5", 1.0), (2, "5, 3", 0.0), (1, "-1, 2", 1.0), (6 + 1, "9.6", 1.0),
-                                 (6 + 1, "['9.6\\n']", 0.0), (5, "142", 1.0), (6 + 3, "3600", 1.0)]:
+        for task, text, want in [
+            (2, "3, 5", 1.0),
+            (2, "5, 3", 0.0),
+            (1, "-1, 2", 1.0),
+            (6 + 1, "9.6", 1.0),
+            (6 + 1, "['9.6\\n']", 0.0),
+            (5, "142", 1.0),
+            (6 + 3, "3600", 1.0),
+        ]:
             env.reset(seed=0, options={"task": task})
             *_, reward, term, _, info = env.step(f"The answer is \\boxed{{{text}}}.")
             assert term and reward == want, (task, text, info)
@@ -156,7 +274,9 @@ def test_scripted_answer_of_a_multipart_task_scores(tmp_path, pool):
     # what a scripted policy boxes (task.answer as text) is accepted for every task
     for records in (MINERVA, OLYMPIAD):
         for t in load_dataset(_write(tmp_path, "s.json", records)).tasks:
-            assert verify_answer(parse_action(f"\\boxed{{{t.answer}}}").answer, t.answer, pool).correct, t
+            assert verify_answer(
+                parse_action(f"\\boxed{{{t.answer}}}").answer, t.answer, pool
+            ).correct, t
 
 
 def test_multipart_judging_never_evaluates_text(monkeypatch, tmp_path):
@@ -172,9 +292,13 @@ def test_multipart_judging_never_evaluates_text(monkeypatch, tmp_path):
 
     real = sympy.sympify
     monkeypatch.setattr(builtins, "eval", refuse)
-    monkeypatch.setattr(sympy, "sympify", lambda a, *r, **k: refuse() if isinstance(a, str) else real(a, *r, **k))
+    monkeypatch.setattr(
+        sympy, "sympify", lambda a, *r, **k: refuse() if isinstance(a, str) else real(a, *r, **k)
+    )
     monkeypatch.setattr(sympy_parser, "parse_expr", refuse)
-    monkeypatch.setattr(_judge, "_math_verify", lambda *_a: None)  # math-verify runs only in the sandboxed worker
+    monkeypatch.setattr(
+        _judge, "_math_verify", lambda *_a: None
+    )  # math-verify runs only in the sandboxed worker
     marker = tmp_path / "ran"
     attack = f"__import__('os').system('touch {marker}'), eval('1')"
     assert _judge.judge_parts(attack, ["3", "5"], True)["canonical"] is False

@@ -16,7 +16,12 @@ from trace_gym.envs.math.protocol import extract_boxed, format_cell, parse_actio
         ("\\boxed{\\{1, 2\\}} and \\boxed{3}", "answer", None, "3"),
         ("<answer> 42 </answer>", "answer", None, "42"),
         ("```python\nx = 2\n```\nSo \\boxed{4}", "answer", None, "4"),
-        ("Guess \\boxed{4}, let me check:\n```python\nprint(2 + 2)\n```", "code", "print(2 + 2)", None),
+        (
+            "Guess \\boxed{4}, let me check:\n```python\nprint(2 + 2)\n```",
+            "code",
+            "print(2 + 2)",
+            None,
+        ),
         ("no action here", "invalid", None, None),
         ("```\nprint(1)\n```", "invalid", None, None),
         ("\\boxed{unbalanced", "invalid", None, None),
@@ -77,8 +82,24 @@ def test_linear_parser_matches_the_regex_parser_on_random_text():
 
     from trace_gym.envs.math.protocol import parse_action
 
-    pieces = ["\\boxed{", "\\fbox {", "{", "}", "```python\n", "```py \n", "```", "<python>",
-              "</python>", "<PYTHON>", "<answer>", "</answer>", "x = 1\n", "42", " ", "\n"]  # fmt: skip
+    pieces = [
+        "\\boxed{",
+        "\\fbox {",
+        "{",
+        "}",
+        "```python\n",
+        "```py \n",
+        "```",
+        "<python>",
+        "</python>",
+        "<PYTHON>",
+        "<answer>",
+        "</answer>",
+        "x = 1\n",
+        "42",
+        " ",
+        "\n",
+    ]
     rng = random.Random(0)
     for _ in range(3000):
         text = "".join(rng.choice(pieces) for _ in range(rng.randint(0, 14)))
@@ -91,6 +112,10 @@ def test_a_flood_of_unclosed_openers_is_parsed_in_linear_time():
 
     # 200k characters of openers: the old parser took minutes here; this must finish at once
     # (no timing assertion: a quadratic parser would simply not finish within the test timeout)
-    for opener, kind in (("\\boxed{", "invalid"), ("<python>", "invalid"), ("<answer>", "invalid"),
-                         ("```python\n", "code")):  # fmt: skip  (each fence closes the one before)
+    for opener, kind in (
+        ("\\boxed{", "invalid"),
+        ("<python>", "invalid"),
+        ("<answer>", "invalid"),
+        ("```python\n", "code"),
+    ):  # each fence closes the one before
         assert parse_action(opener * (200_000 // len(opener))).kind == kind

@@ -39,7 +39,11 @@ def _self_check(tasks, pool):
             failures.append((t.id, t.answer, verdict))
         # both judges, and the canonicaliser without its string shortcut: does it read the answer?
         both = pool.check(parsed.answer, t.answer, string_match=False)
-        if not both.get("timed_out") and both["math_verify"] is not None and both["math_verify"] != both["canonical"]:
+        if (
+            not both.get("timed_out")
+            and both["math_verify"] is not None
+            and both["math_verify"] != both["canonical"]
+        ):
             disagree.append((t.id, t.answer, both))
         m = _UNIT.match(t.answer)
         if m and not verify_answer(m.group(1), t.answer, pool).correct:
@@ -63,8 +67,10 @@ def test_reference_answers_self_verify(math_data_dir, pool, name, record_propert
     failures, disagree = _self_check(tasks, pool)
     record_property("canonical_vs_math_verify_disagreements", len(disagree))
     with capsys.disabled():
-        print(f"\n[{name}] {len(tasks)} answers, {len(failures)} self-check failures, "
-              f"{len(disagree)} canonicaliser/math-verify disagreements")
+        print(
+            f"\n[{name}] {len(tasks)} answers, {len(failures)} self-check failures, "
+            f"{len(disagree)} canonicaliser/math-verify disagreements"
+        )
         for d in disagree[:30]:
             print("   ", d[0], d[1][:70], d[2])
     assert failures == []
@@ -76,15 +82,27 @@ def test_reference_answers_self_verify_math_train(math_data_dir, pool, capsys):
     failures, disagree = _self_check(tasks, pool)
     # cross pairs (each answer against the next problem's, mostly different answers):
     # how often the two judges reach different verdicts, and how often both accept
-    cross = [(a.answer, b.answer) for a, b in zip(tasks, tasks[1:], strict=False) if a.answer and b.answer]
+    cross = [
+        (a.answer, b.answer)
+        for a, b in zip(tasks, tasks[1:], strict=False)
+        if a.answer and b.answer
+    ]
     verdicts = [pool.check(p, r, string_match=False) for p, r in cross]
-    split = [(p, r, v) for (p, r), v in zip(cross, verdicts, strict=True) if v.get("math_verify") is not None and v["math_verify"] != v["canonical"]]
+    split = [
+        (p, r, v)
+        for (p, r), v in zip(cross, verdicts, strict=True)
+        if v.get("math_verify") is not None and v["math_verify"] != v["canonical"]
+    ]
     both = sum(1 for v in verdicts if v.get("math_verify") and v.get("canonical"))
     with capsys.disabled():
-        print(f"\n[train_math cross pairs] {len(cross)} pairs, {len(split)} disagreements, {both} accepted by both")
+        print(
+            f"\n[train_math cross pairs] {len(cross)} pairs, {len(split)} disagreements, {both} accepted by both"
+        )
         for d in split[:15]:
             print("   ", d)
-        print(f"\n[train_math] {len(tasks)} answers, {len(failures)} failures, {len(disagree)} disagreements")
+        print(
+            f"\n[train_math] {len(tasks)} answers, {len(failures)} failures, {len(disagree)} disagreements"
+        )
         for d in disagree[:30]:
             print("   ", d[0], d[1][:70], d[2])
     assert failures == []

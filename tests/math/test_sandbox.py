@@ -40,9 +40,13 @@ def test_isolation_when_started_as_root(sandbox):
     assert nproc < 200 and as_mb == sandbox.config.memory_mb
     if iso["pidns"]:  # pids inside the namespace are small and the env's own pid is invisible
         assert int(sandbox.run("import os\nos.getpid()").output) < 100
-        assert "ProcessLookupError" in (sandbox.run(f"import os\nos.kill({os.getpid()}, 0)").error or "")
+        assert "ProcessLookupError" in (
+            sandbox.run(f"import os\nos.kill({os.getpid()}, 0)").error or ""
+        )
     if iso["netns"]:
-        assert "unreachable" in (sandbox.run("import socket\nsocket.create_connection(('8.8.8.8', 53), 1)").error or "")
+        assert "unreachable" in (
+            sandbox.run("import socket\nsocket.create_connection(('8.8.8.8', 53), 1)").error or ""
+        )
     if iso["cgroup"]:
         limit = Path(sandbox._cgroup, "pids.max").read_text().strip()  # noqa: SLF001
         assert int(limit) == sandbox.process_limit
@@ -64,7 +68,11 @@ def test_close_leaves_nothing_behind():
     pids = sb.pids()
     assert len(pids) >= 4  # bootstrap, init, zygote, live, snapshot, sleep
     sb.close()
-    alive = [p for p in pids if Path(f"/proc/{p}").exists() and Path(f"/proc/{p}/stat").read_text().split()[2] != "Z"]
+    alive = [
+        p
+        for p in pids
+        if Path(f"/proc/{p}").exists() and Path(f"/proc/{p}/stat").read_text().split()[2] != "Z"
+    ]
     assert alive == []
 
 
@@ -74,7 +82,9 @@ def test_restore_after_kill_everything_gives_the_checkpoint_state():
     sb.start()
     try:
         if not (sb.isolation.get("pidns") and sb.isolation.get("uid") is not None):
-            pytest.skip("kill(-1) from a cell is only contained with a PID namespace and a sandbox uid")
+            pytest.skip(
+                "kill(-1) from a cell is only contained with a PID namespace and a sandbox uid"
+            )
         ledger = ["import random\nrandom.seed(7)\nstate = 21"]
         expected = f"21 {random.Random(7).random()}\n"
         for _ in range(3):
@@ -115,8 +125,22 @@ def test_failed_snapshot_fork_keeps_the_live_interpreter():
 def test_bench_cli_smoke(tmp_path):
     out = tmp_path / "bench.json"
     subprocess.run(
-        [sys.executable, "-m", "trace_gym.cli", "bench", "math-env", "--seconds", "0.2", "--repeats", "2", "--json", str(out)],
-        check=True, timeout=240, capture_output=True,
+        [
+            sys.executable,
+            "-m",
+            "trace_gym.cli",
+            "bench",
+            "math-env",
+            "--seconds",
+            "0.2",
+            "--repeats",
+            "2",
+            "--json",
+            str(out),
+        ],
+        check=True,
+        timeout=240,
+        capture_output=True,
     )
     res = json.loads(out.read_text())
     for key in ("cells_per_s", "restore_fork_ms", "restore_replay_ms", "snapshot_rss_mb"):
@@ -129,14 +153,20 @@ def test_clean_up_of_stale_cgroups_spares_live_owners():
     it did once, between our mkdir and the sandbox joining it, and that launch failed."""
     mine = Sandbox(SandboxConfig())
     made = mine._make_cgroups() if ROOT else []  # noqa: SLF001 - empty until a sandbox joins them
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
-                          text=True, check=True).stdout.strip()
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     stale = [os.path.join(os.path.dirname(cg), f"trace_gym_math_{dead}_feedc0de") for cg in made]
     try:
         for path in stale:
             os.mkdir(path)
-        other = ("from trace_gym.envs.math.sandbox import Sandbox, SandboxConfig\n"
-                 "sb = Sandbox(SandboxConfig())\nsb._cgroups = sb._make_cgroups()\nsb._remove_cgroups()\n")
+        other = (
+            "from trace_gym.envs.math.sandbox import Sandbox, SandboxConfig\n"
+            "sb = Sandbox(SandboxConfig())\nsb._cgroups = sb._make_cgroups()\nsb._remove_cgroups()\n"
+        )
         subprocess.run([sys.executable, "-c", other], check=True, timeout=60)
         assert all(os.path.isdir(cg) for cg in made), "a live sandbox's cgroup was removed"
         assert not any(os.path.exists(path) for path in stale), "a dead owner's cgroup was left"

@@ -26,9 +26,15 @@ EQUIVALENT = [
     ("21\\text{ dogs}", "21"),
 ]
 WRONG = [
-    ("3", "4"), ("(1,2]", "[1,2)"), ("\\frac{1}{3}", "0.33"), ("x^2", "2x"), ("\\sqrt{2}", "2"), ("1, 2", "1, 2, 3"),
+    ("3", "4"),
+    ("(1,2]", "[1,2)"),
+    ("\\frac{1}{3}", "0.33"),
+    ("x^2", "2x"),
+    ("\\sqrt{2}", "2"),
+    ("1, 2", "1, 2, 3"),
     # found by the MATH-train cross-pair report: a reversed "interval" and an overflowing power
-    ("(1,-2)", "(2,-3)"), ("11", "2^{4950}"),
+    ("(1,-2)", "(2,-3)"),
+    ("11", "2^{4950}"),
 ]
 
 
@@ -52,7 +58,9 @@ def test_wrong_answers_rejected(pool, pred, ref):
     assert not canonical_equal(pred, ref)
 
 
-@pytest.mark.parametrize("pred,ref", [p for p in EQUIVALENT if "inches" not in p[0] and "%" not in p[0]])
+@pytest.mark.parametrize(
+    "pred,ref", [p for p in EQUIVALENT if "inches" not in p[0] and "%" not in p[0]]
+)
 def test_canonicaliser_alone_accepts_equivalents(pred, ref):
     assert canonical_equal(pred, ref)
 
@@ -80,12 +88,22 @@ def test_normalize():
 # our own judge (the fallback), issue 17's rules: exact integers without leading-zero bugs,
 # a relative tolerance for decimals at every magnitude, no decimal for an exact irrational
 JUDGE_RULES = [
-    ("33", "033", True), ("000", "033", False), ("7", "007", True),
-    ("7.4\\times10^{-12}", "3.61\\times10^{-10}", False), ("3.61\\times10^{-10}", "3.610000\\times10^{-10}", True),
-    ("3.6100001\\times10^{-10}", "3.61\\times10^{-10}", True), ("1.0001\\times10^{6}", "1000000", False),
-    ("3.14159", "\\pi", False), ("1.41421356", "\\sqrt{2}", False), ("355/113", "\\pi", False),
-    ("1,000,000", "1000000", True), ("1000001", "1000000", False), ("142.0", "142", True),
-    ("\\frac{1}{\\sqrt{2}}", "\\frac{\\sqrt2}{2}", True), ("\\log_{2}8", "3", True), ("2^{10}", "1024", True),
+    ("33", "033", True),
+    ("000", "033", False),
+    ("7", "007", True),
+    ("7.4\\times10^{-12}", "3.61\\times10^{-10}", False),
+    ("3.61\\times10^{-10}", "3.610000\\times10^{-10}", True),
+    ("3.6100001\\times10^{-10}", "3.61\\times10^{-10}", True),
+    ("1.0001\\times10^{6}", "1000000", False),
+    ("3.14159", "\\pi", False),
+    ("1.41421356", "\\sqrt{2}", False),
+    ("355/113", "\\pi", False),
+    ("1,000,000", "1000000", True),
+    ("1000001", "1000000", False),
+    ("142.0", "142", True),
+    ("\\frac{1}{\\sqrt{2}}", "\\frac{\\sqrt2}{2}", True),
+    ("\\log_{2}8", "3", True),
+    ("2^{10}", "1024", True),
 ]
 
 
@@ -102,11 +120,16 @@ def test_verifier_unavailable_is_reward_zero_not_an_exception(monkeypatch, tmp_p
     env = MathEnv(sandbox=fast_sandbox)
     try:
         env.reset(seed=0, options={"task": 0})
-        monkeypatch.setattr(verify, "_JUDGE", tmp_path / "missing_judge.py")  # the worker exits at once
+        monkeypatch.setattr(
+            verify, "_JUDGE", tmp_path / "missing_judge.py"
+        )  # the worker exits at once
         env._pool = VerifierPool(timeout_s=5.0, start_timeout_s=10.0)  # noqa: SLF001 - a fresh pool, no warm worker
         _, reward, term, _, info = env.step("The answer is \\boxed{-12345.5}.")
         assert term and reward == 0.0
-        assert info["verifier"]["method"] == "unavailable" and "verifier worker" in info["verifier"]["error"]
+        assert (
+            info["verifier"]["method"] == "unavailable"
+            and "verifier worker" in info["verifier"]["error"]
+        )
         obs, _ = env.reset(seed=0, options={"task": 1})  # the env stays usable
         assert obs
     finally:
@@ -118,13 +141,21 @@ def test_verifier_unavailable_is_reward_zero_not_an_exception(monkeypatch, tmp_p
 # answers the agreement bench (`trace-gym bench judge`) found it could not read
 PM = "\\begin{pmatrix} 1 & -1 \\\\ 1 & \\phantom -1 \\end{pmatrix}"
 READER_RULES = [
-    ("(1,2,3)", "(3,2,1)", False), ("(1,2,3)", "(1,2,3)", True), ("3, 1, 2", "1, 2, 3", True),
-    ("\\sin^2 t", "1-\\cos^2 t", True), ("\\sin^2 t", "\\sin t^2", False), ("\\cos^2\\alpha", "\\cos^2\\alpha", True),
-    ("\\mathbf{2340}", "2340", True), ("\\mathbf{2340}", "2341", False),
+    ("(1,2,3)", "(3,2,1)", False),
+    ("(1,2,3)", "(1,2,3)", True),
+    ("3, 1, 2", "1, 2, 3", True),
+    ("\\sin^2 t", "1-\\cos^2 t", True),
+    ("\\sin^2 t", "\\sin t^2", False),
+    ("\\cos^2\\alpha", "\\cos^2\\alpha", True),
+    ("\\mathbf{2340}", "2340", True),
+    ("\\mathbf{2340}", "2341", False),
     (PM, "\\begin{pmatrix} 1 & -1 \\\\ 1 & 1 \\end{pmatrix}", True),
     (PM, "\\begin{pmatrix} 1 & -1 \\\\ 1 & -1 \\end{pmatrix}", False),
-    ("2\\theta", "\\theta+\\theta", True), ("\\alpha", "\\beta", False), ("\\epsilon", "e", False),
-    ("\\eta", "\\eta", True), ("\\sin^{-1} x", "\\arcsin x", False),  # refused as ambiguous, never guessed
+    ("2\\theta", "\\theta+\\theta", True),
+    ("\\alpha", "\\beta", False),
+    ("\\epsilon", "e", False),
+    ("\\eta", "\\eta", True),
+    ("\\sin^{-1} x", "\\arcsin x", False),  # refused as ambiguous, never guessed
 ]
 
 

@@ -229,7 +229,9 @@ def test_state_dict_round_trip(name, sim_trees):
     train, held_out = sim_trees
     rng = np.random.default_rng(0)
     first, second = (training_batch(train[i::2], prefix_share=0.3, rng=rng) for i in (0, 1))
-    states = first.states + second.states + training_batch(held_out, prefix_share=0.3, rng=rng).states
+    states = (
+        first.states + second.states + training_batch(held_out, prefix_share=0.3, rng=rng).states
+    )
     a = make_predictor(name)
     a.update(*first)
     state = a.state_dict()

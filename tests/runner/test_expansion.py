@@ -18,8 +18,13 @@ TASKS = [f"count-{i}" for i in range(10)]
 
 def _runner(policy, **kw):
     cfg = RunnerConfig(root_budget=20, replays_per_root=2.0, m_max=8, seed=3, **kw)
-    return BranchingRunner(policy, lambda: CountdownEnv(num_tasks=10, max_turns=6),
-                           make_allocator("trace", m_max=8), make_predictor("features"), cfg)  # fmt: skip
+    return BranchingRunner(
+        policy,
+        lambda: CountdownEnv(num_tasks=10, max_turns=6),
+        make_allocator("trace", m_max=8),
+        make_predictor("features"),
+        cfg,
+    )
 
 
 def _steps(policy, steps=2, **kw):
@@ -51,15 +56,21 @@ def test_global_barrier_makes_the_same_trees_and_expands_after_every_root():
 @pytest.mark.parametrize("batching", ["continuous", "batch"])
 def test_streaming_through_engines_makes_the_local_trees(expansion, batching):
     ref, ref_reports = _steps(RandomCountdownPolicy())
-    engines = LocalEngines(RandomCountdownPolicy(), 2, slots=3, batching=batching,
-                           latency=Latency(0.001, 1.5))  # fmt: skip
+    engines = LocalEngines(
+        RandomCountdownPolicy(), 2, slots=3, batching=batching, latency=Latency(0.001, 1.5)
+    )
     try:
         trees, reports = _steps(engines, expansion=expansion)
     finally:
         engines.close()
     assert trees == ref
     for a, b in zip(ref_reports, reports, strict=True):
-        assert (a.roots, a.replays, a.measured_turns, a.env_steps) == (b.roots, b.replays, b.measured_turns, b.env_steps)
+        assert (a.roots, a.replays, a.measured_turns, a.env_steps) == (
+            b.roots,
+            b.replays,
+            b.measured_turns,
+            b.env_steps,
+        )
     stats = engines.stats()
     assert all(s["requests"] > 0 for s in stats)  # both engines served
     assert sum(s["conversations"] for s in stats) == sum(r.measured_turns for r in reports)
@@ -114,10 +125,12 @@ def test_bad_settings_are_config_errors():
 
 @pytest.mark.parametrize(
     "flags, message",
-    [(["--engines", "1,x"], "--engines takes comma-separated integers"),
-     (["--engines", "2", "--barrier", "sometimes"], "--barrier takes"),
-     (["--engines", "0"], "engine counts must be >= 1")],
-)  # fmt: skip
+    [
+        (["--engines", "1,x"], "--engines takes comma-separated integers"),
+        (["--engines", "2", "--barrier", "sometimes"], "--barrier takes"),
+        (["--engines", "0"], "engine counts must be >= 1"),
+    ],
+)
 def test_engine_bench_bad_flags_are_one_line_errors(flags, message, capsys):
     from trace_gym.bench.alloc import main
 

@@ -45,7 +45,9 @@ class Router:
 def test_mixture_env_routes_tasks_and_restores_into_the_right_member():
     env = mixture().unwrapped
     ids = env.task_ids
-    assert {member_of(t) for t in ids} == set(MEMBERS) and len(ids) == 16 + len(env.member("trace/BFCL-v0").unwrapped.task_ids)
+    assert {member_of(t) for t in ids} == set(MEMBERS) and len(ids) == 16 + len(
+        env.member("trace/BFCL-v0").unwrapped.task_ids
+    )
     bfcl = next(t for t in ids if t.startswith("trace/BFCL-v0::"))
     prompt, info = env.reset(seed=1, options={"task": bfcl})
     assert info["mixture_member"] == "trace/BFCL-v0" and info["task_id"] == bfcl.partition("::")[2]
@@ -65,11 +67,17 @@ def test_mixture_env_routes_tasks_and_restores_into_the_right_member():
 
 
 def test_candidates_follow_the_weights_and_member_slices():
-    ids = [f"a::{i}" for i in range(20)] + [f"b::{i}" for i in range(20)] + [f"c::{i}" for i in range(5)]
+    ids = (
+        [f"a::{i}" for i in range(20)]
+        + [f"b::{i}" for i in range(20)]
+        + [f"c::{i}" for i in range(5)]
+    )
     got = mixture_candidates(ids, {"a": 2.0, "b": 1.0, "c": 1.0}, 12, np.random.default_rng(0))
     assert [member_of(t) for t in got].count("a") == 6 and len(set(got)) == 12
     assert [member_of(t) for t in got].count("c") == 3
-    assert mixture_candidates(ids, {"a": 2.0, "b": 1.0, "c": 1.0}, 12, np.random.default_rng(0)) == got
+    assert (
+        mixture_candidates(ids, {"a": 2.0, "b": 1.0, "c": 1.0}, 12, np.random.default_rng(0)) == got
+    )
     assert per_member(ids, 2) == ["a::0", "a::1", "b::0", "b::1", "c::0", "c::1"]
     assert per_member(["x", "y", "z"], 2) == ["x", "y"]
 
@@ -81,19 +89,28 @@ def test_costed_root_solver_is_optimal_and_never_overspends():
         budget, m_max = float(rng.integers(2, 12)), 5
         sol = solve_roots_costed(v, c, budget, m_max)
         assert float(sol.counts @ c) <= budget + 1e-9
-        best = max(float(root_value(v, np.array(ms)).sum())
-                   for ms in itertools.product([0, 2, 3, 4, 5], repeat=4) if np.dot(ms, c) <= budget + 1e-9)  # fmt: skip
+        best = max(
+            float(root_value(v, np.array(ms)).sum())
+            for ms in itertools.product([0, 2, 3, 4, 5], repeat=4)
+            if np.dot(ms, c) <= budget + 1e-9
+        )
         assert sol.objective == pytest.approx(best)
     v = rng.uniform(0.05, 0.95, 6)  # unit costs: the flat problem (best total <= budget)
     assert solve_roots_costed(v, np.ones(6), 13, 4).objective == pytest.approx(
-        solve_roots_reference(v, 13, 4, exact_budget=False).objective)
+        solve_roots_reference(v, 13, 4, exact_budget=False).objective
+    )
     with pytest.raises(AllocationError):
         solve_roots_costed(v, np.zeros(6), 10)
 
 
 def test_one_budget_over_envs_each_with_its_own_rollout_cost():
-    runner = BranchingRunner(Router(), mixture, make_allocator("trace", m_max=8), make_predictor("features"),
-                             RunnerConfig(root_budget=24, replays_per_root=1.0, m_max=8, seed=0, rollout_cost="turns"))  # fmt: skip
+    runner = BranchingRunner(
+        Router(),
+        mixture,
+        make_allocator("trace", m_max=8),
+        make_predictor("features"),
+        RunnerConfig(root_budget=24, replays_per_root=1.0, m_max=8, seed=0, rollout_cost="turns"),
+    )
     ids = mixture().unwrapped.task_ids
     weights = {"trace/Sim-v0": 1.0, "trace/BFCL-v0": 1.0}
     try:
@@ -108,7 +125,9 @@ def test_one_budget_over_envs_each_with_its_own_rollout_cost():
             assert spent <= 24 + 1e-6 and rep.replays > 0
             assert rep.failed_branches == 0  # each policy saw its member's own task ids
             table = per_env_metrics(trees)
-            assert set(table) == set(MEMBERS) and all(0 <= r["success"] <= 1 for r in table.values())
+            assert set(table) == set(MEMBERS) and all(
+                0 <= r["success"] <= 1 for r in table.values()
+            )
             assert runner.costs.mean != before  # measured turns folded in
     finally:
         runner.close()

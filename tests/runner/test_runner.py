@@ -487,7 +487,9 @@ def test_one_step_reads_top_down_with_no_import_back_up():
     below = {m for m in imports("trace_gym.scheduling") if m.startswith("trace_gym.")}
     assert not {m for m in below if m.split(".")[1] in ("runner", "plan", "alloc")}
     assert "trace_gym.runner" not in imports("trace_gym.plan")
-    assert not {"trace_gym.runner", "trace_gym.plan", "trace_gym.scheduling"} & imports("trace_gym.budget")
+    assert not {"trace_gym.runner", "trace_gym.plan", "trace_gym.scheduling"} & imports(
+        "trace_gym.budget"
+    )
 
 
 # ---------------------------------------------------------------------- cost-aware budget
@@ -540,7 +542,9 @@ def test_default_trees_do_not_depend_on_the_cost_function(monkeypatch):
     got = make_runner(allocator=make_allocator("trace", m_max=8)).run_step(0, TASKS)
     assert [t.to_dict() for t in got.trees] == [t.to_dict() for t in ref.trees]
     assert got.report.accounted_cost == ref.report.accounted_cost
-    aware = make_runner(allocator=make_allocator("trace", m_max=8, cost_aware=True)).run_step(0, TASKS)
+    aware = make_runner(allocator=make_allocator("trace", m_max=8, cost_aware=True)).run_step(
+        0, TASKS
+    )
     assert aware.report.replay_charge == pytest.approx(0.01 * aware.report.replays)  # it is used
 
 

@@ -9,7 +9,14 @@ from trace_gym.tree import RolloutTree, Turn
 
 
 def turn(ids: list[int] | None = None, obs: list[int] | None = None, **info) -> Turn:
-    return Turn(action="a", observation="o", token_ids=ids, logprobs=[-0.5] * len(ids) if ids else None, obs_token_ids=obs, info=info)
+    return Turn(
+        action="a",
+        observation="o",
+        token_ids=ids,
+        logprobs=[-0.5] * len(ids) if ids else None,
+        obs_token_ids=obs,
+        info=info,
+    )
 
 
 def flat_tree(rewards=(1.0, 0.0, 0.0, 1.0)) -> RolloutTree:
@@ -74,9 +81,20 @@ def tiny_qwen3(seed: int = 0):
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
     torch.manual_seed(seed)
-    cfg = Qwen3Config(vocab_size=len(CHARS), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                      num_attention_heads=2, num_key_value_heads=1, head_dim=64, max_position_embeddings=512,
-                      tie_word_embeddings=True, pad_token_id=NEWLINE, eos_token_id=NEWLINE, bos_token_id=None)
+    cfg = Qwen3Config(
+        vocab_size=len(CHARS),
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=64,
+        max_position_embeddings=512,
+        tie_word_embeddings=True,
+        pad_token_id=NEWLINE,
+        eos_token_id=NEWLINE,
+        bos_token_id=None,
+    )
     return Qwen3ForCausalLM(cfg).float().eval()
 
 
@@ -88,7 +106,11 @@ class CharPolicy:
         self.max_new_tokens = max_new_tokens
 
     def _context(self, conv):
-        prompt = list(conv.prompt_token_ids) if conv.prompt_token_ids is not None else encode(conv.prompt + "\n")
+        prompt = (
+            list(conv.prompt_token_ids)
+            if conv.prompt_token_ids is not None
+            else encode(conv.prompt + "\n")
+        )
         ids = list(prompt)
         appended = prompt if not conv.turns else None
         for k, t in enumerate(conv.turns):
@@ -119,7 +141,9 @@ class CharPolicy:
                     if tok == NEWLINE:
                         break
                 text = decode([t for t in new if t != NEWLINE])
-                outs.append(PolicyOutput(text=text, token_ids=new, logprobs=lps, context_token_ids=appended))
+                outs.append(
+                    PolicyOutput(text=text, token_ids=new, logprobs=lps, context_token_ids=appended)
+                )
         return outs
 
 

@@ -51,7 +51,9 @@ def test_treerpo_sibling_relative_on_compressed_segments(make_trace_tree):
     # every token once, in its own segment; 2 roots / 4 units
     assert all(u.weight == pytest.approx(0.5) for u in units.values())
     nostd = by_nodes(compute_advantages("treerpo", [make_trace_tree()], std=False))
-    assert [nostd[k].advantage for k in [(1,), (4, 5), (2, 3), (6,)]] == pytest.approx([-0.25, 0.25, -0.5, 0.5])
+    assert [nostd[k].advantage for k in [(1,), (4, 5), (2, 3), (6,)]] == pytest.approx(
+        [-0.25, 0.25, -0.5, 0.5]
+    )
 
 
 def test_treerpo_flat_tree_equals_grpo(make_flat_tree):

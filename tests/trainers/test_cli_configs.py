@@ -8,8 +8,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from trace_gym.bench.pipeline import mean_ci
 from trace_gym.trainers.config import TrainConfig, load_config
-from trace_gym.trainers.pipeline import mean_ci
 
 from trace_gym.errors import ConfigError, UnknownNameError
 
@@ -22,7 +22,9 @@ def test_every_preset_validates(path):
     cfg = load_config(path)
     assert cfg.algo.name in ("treerpo", "tree_grpo")
     assert cfg.rollout.allocator == "trace"
-    if cfg.policy.kind == "hf":  # one-GPU presets at 8B/14B use LoRA; full fine-tunes are FSDP presets
+    if (
+        cfg.policy.kind == "hf"
+    ):  # one-GPU presets at 8B/14B use LoRA; full fine-tunes are FSDP presets
         assert cfg.policy.device == "cuda"
         if not cfg.policy.lora:
             text = path.read_text()
@@ -48,11 +50,25 @@ def test_overrides_and_formats(tmp_path):
 
 
 def test_cli_check_and_bad_name_exit_code(tmp_path):
-    run = [sys.executable, "-m", "trace_gym.cli", "train", "--config", str(REPO / "configs" / "cpu_tiny_sim.toml")]
-    ok = subprocess.run([*run, "--check", "--set", "algo.name=tree_grpo"], capture_output=True, text=True, timeout=120)
+    run = [
+        sys.executable,
+        "-m",
+        "trace_gym.cli",
+        "train",
+        "--config",
+        str(REPO / "configs" / "cpu_tiny_sim.toml"),
+    ]
+    ok = subprocess.run(
+        [*run, "--check", "--set", "algo.name=tree_grpo"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert ok.returncode == 0, ok.stderr
     assert json.loads(ok.stdout)["algo"]["name"] == "tree_grpo"
-    bad = subprocess.run([*run, "--set", "rollout.allocator=nope"], capture_output=True, text=True, timeout=120)
+    bad = subprocess.run(
+        [*run, "--set", "rollout.allocator=nope"], capture_output=True, text=True, timeout=120
+    )
     assert bad.returncode == 2 and "unknown allocator 'nope'" in bad.stderr
 
 
@@ -60,7 +76,12 @@ def test_gpu_script_exits_clearly_without_cuda():
     torch = pytest.importorskip("torch")
     if torch.cuda.is_available():
         pytest.skip("a CUDA device is present; the script would run the real check")
-    r = subprocess.run([sys.executable, str(REPO / "scripts" / "gpu_check_train.py")], capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "gpu_check_train.py")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 3 and "no CUDA device" in r.stderr
 
 
@@ -71,7 +92,7 @@ def test_mean_ci():
 
 
 def test_pipeline_methods_share_the_accounted_budget(tmp_path):
-    from trace_gym.trainers.pipeline import METHODS, method_config
+    from trace_gym.bench.pipeline import METHODS, method_config
 
     costs = {}
     for m in METHODS:

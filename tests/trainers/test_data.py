@@ -48,7 +48,9 @@ def test_collate_pads_right(make_trace_tree):
     samples = [sample_from_unit(tree, u) for u in compute_advantages("treerpo", [tree])]
     b = collate(samples, pad_id=0)
     assert b.input_ids.shape == (4, max(len(s.input_ids) for s in samples))
-    assert int(b.loss_mask.sum()) == sum(s.num_trained for s in samples) == 9  # each generated token once
+    assert (
+        int(b.loss_mask.sum()) == sum(s.num_trained for s in samples) == 9
+    )  # each generated token once
     assert b.attention_mask.sum(1).tolist() == [len(s.input_ids) for s in samples]
     assert b.advantages[:, 0].tolist() == pytest.approx([s.advantage for s in samples])
 

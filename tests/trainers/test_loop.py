@@ -24,8 +24,14 @@ def tiny_config(tmp_path, name="run", **over) -> TrainConfig:
         "tensorboard": False,
         "progress": False,
         "policy": {"kind": "custom"},
-        "rollout": {"allocator": "trace", "predictor": "empirical", "root_budget": 6,
-                    "replays_per_root": 1.0, "candidates_per_step": 3, "group_size": 2},
+        "rollout": {
+            "allocator": "trace",
+            "predictor": "empirical",
+            "root_budget": 6,
+            "replays_per_root": 1.0,
+            "candidates_per_step": 3,
+            "group_size": 2,
+        },
         "algo": {"name": "treerpo"},
         "optim": {"lr": 1e-3, "micro_batch_size": 3, "mini_batch_size": 8},
     }
@@ -38,10 +44,23 @@ def test_two_steps_write_metrics_trees_and_checkpoint(tmp_path, policy_factory, 
     cfg = tiny_config(tmp_path, tensorboard=True, eval_every=2, eval_tasks=2, eval_samples=2)
     hist = Trainer(cfg, policy=policy_factory(), env_factory=guess_env_factory).run()
     assert [m["step"] for m in hist] == [0, 1]
-    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    rows = [
+        json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
+    ]
     assert [r["step"] for r in rows] == [0, 1]
-    for key in ("reward", "effective_ratio", "mixed_groups", "contrastive_pairs", "kl", "entropy",
-                "clip_frac", "gen_tokens_per_s", "time_rollout_s", "time_train_s", "eval_success"):
+    for key in (
+        "reward",
+        "effective_ratio",
+        "mixed_groups",
+        "contrastive_pairs",
+        "kl",
+        "entropy",
+        "clip_frac",
+        "gen_tokens_per_s",
+        "time_rollout_s",
+        "time_train_s",
+        "eval_success",
+    ):
         assert key in rows[-1], key
     assert rows[0]["samples"] > 0 and rows[0]["trained_tokens"] > 0
     assert rows[0]["logprob_mismatch"] < 1e-4  # trainer recomputation == generator logprobs
@@ -51,10 +70,14 @@ def test_two_steps_write_metrics_trees_and_checkpoint(tmp_path, policy_factory, 
     assert sum(len(t.root.children) for t in trees) == 6
 
 
-def test_update_changes_weights_and_generator_shares_them(tmp_path, policy_factory, guess_env_factory):
+def test_update_changes_weights_and_generator_shares_them(
+    tmp_path, policy_factory, guess_env_factory
+):
     import torch
 
-    tr = Trainer(tiny_config(tmp_path, steps=1), policy=policy_factory(), env_factory=guess_env_factory)
+    tr = Trainer(
+        tiny_config(tmp_path, steps=1), policy=policy_factory(), env_factory=guess_env_factory
+    )
     before = [p.detach().clone() for p in tr.model.parameters()]
     tr.run()
     assert tr.sync_mode == "shared" and tr.policy.model is tr.model
@@ -62,12 +85,20 @@ def test_update_changes_weights_and_generator_shares_them(tmp_path, policy_facto
 
 
 def _trees_tokens(path):
-    return [[(n.id, n.parent, None if n.turn is None else n.turn.token_ids, n.reward) for n in t.nodes]
-            for t in load_trees(path)]
+    return [
+        [(n.id, n.parent, None if n.turn is None else n.turn.token_ids, n.reward) for n in t.nodes]
+        for t in load_trees(path)
+    ]
 
 
-def test_resume_after_kill_replays_identical_data(tmp_path, policy_factory, guess_env_factory, monkeypatch):
-    full = Trainer(tiny_config(tmp_path, "full", steps=3), policy=policy_factory(), env_factory=guess_env_factory)
+def test_resume_after_kill_replays_identical_data(
+    tmp_path, policy_factory, guess_env_factory, monkeypatch
+):
+    full = Trainer(
+        tiny_config(tmp_path, "full", steps=3),
+        policy=policy_factory(),
+        env_factory=guess_env_factory,
+    )
     full.run()
 
     cfg = tiny_config(tmp_path, "killed", steps=3)
@@ -89,16 +120,22 @@ def test_resume_after_kill_replays_identical_data(tmp_path, policy_factory, gues
     hist = resumed.run()
     assert [m["step"] for m in hist] == [2]
     assert _trees_tokens(tmp_path / "full" / "trees" / "step_000002.jsonl.gz") == _trees_tokens(
-        tmp_path / "killed" / "trees" / "step_000002.jsonl.gz")
+        tmp_path / "killed" / "trees" / "step_000002.jsonl.gz"
+    )
     import torch
 
     for a, b in zip(full.model.parameters(), resumed.model.parameters(), strict=True):
         assert torch.allclose(a, b, atol=1e-6)
-    rows = [json.loads(x)["step"] for x in (tmp_path / "killed" / "metrics.jsonl").read_text().splitlines()]
+    rows = [
+        json.loads(x)["step"]
+        for x in (tmp_path / "killed" / "metrics.jsonl").read_text().splitlines()
+    ]
     assert rows == [0, 1, 2]
 
 
-def test_resume_loads_state_into_the_configured_predictor(tmp_path, policy_factory, guess_env_factory):
+def test_resume_loads_state_into_the_configured_predictor(
+    tmp_path, policy_factory, guess_env_factory
+):
     """The checkpoint holds the predictor's state_dict; resuming loads it into the predictor
     and visit table the new run built, rather than swapping in unpickled objects."""
     cfg = tiny_config(tmp_path, steps=1)
@@ -114,31 +151,50 @@ def test_resume_loads_state_into_the_configured_predictor(tmp_path, policy_facto
     assert history == first.runner.history
 
 
-@pytest.mark.parametrize("section,key,value,err", [
-    ("algo", "name", "ppo", UnknownNameError),
-    ("rollout", "allocator", "nope", UnknownNameError),
-    ("rollout", "predictor", "nope", UnknownNameError),
-    ("algo", "aggregation", "median", UnknownNameError),
-    ("algo", "dual_clip", 0.5, ConfigError),
-    ("optim", "bogus", 1, ConfigError),
-])
+@pytest.mark.parametrize(
+    "section,key,value,err",
+    [
+        ("algo", "name", "ppo", UnknownNameError),
+        ("rollout", "allocator", "nope", UnknownNameError),
+        ("rollout", "predictor", "nope", UnknownNameError),
+        ("algo", "aggregation", "median", UnknownNameError),
+        ("algo", "dual_clip", 0.5, ConfigError),
+        ("optim", "bogus", 1, ConfigError),
+    ],
+)
 def test_bad_config_fails_at_construction(tmp_path, section, key, value, err):
     with pytest.raises(err):
         tiny_config(tmp_path, **{section: {key: value}})
 
 
-@pytest.mark.parametrize("algo,allocator", [("grpo", "grpo"), ("tree_grpo", "treepo"), ("treepo", "trace")])
+@pytest.mark.parametrize(
+    "algo,allocator", [("grpo", "grpo"), ("tree_grpo", "treepo"), ("treepo", "trace")]
+)
 def test_every_optimiser_runs_a_step(tmp_path, policy_factory, guess_env_factory, algo, allocator):
-    cfg = tiny_config(tmp_path, steps=1, save_every=0, algo={"name": algo, "aggregation": "seq_mean", "kl_coef": 0.01},
-                      rollout={"allocator": allocator})
+    cfg = tiny_config(
+        tmp_path,
+        steps=1,
+        save_every=0,
+        algo={"name": algo, "aggregation": "seq_mean", "kl_coef": 0.01},
+        rollout={"allocator": allocator},
+    )
     hist = Trainer(cfg, policy=policy_factory(), env_factory=guess_env_factory).run()
     assert hist[0]["samples"] > 0 and hist[0]["kl"] >= 0.0
 
 
 def test_lora_trains_only_adapters(tmp_path, policy_factory, guess_env_factory):
     pytest.importorskip("peft")
-    cfg = tiny_config(tmp_path, steps=1, policy={"lora": True, "lora_r": 4, "lora_targets": ["q_proj", "v_proj"],
-                                                  "gradient_checkpointing": True}, algo={"kl_coef": 0.01})
+    cfg = tiny_config(
+        tmp_path,
+        steps=1,
+        policy={
+            "lora": True,
+            "lora_r": 4,
+            "lora_targets": ["q_proj", "v_proj"],
+            "gradient_checkpointing": True,
+        },
+        algo={"kl_coef": 0.01},
+    )
     tr = Trainer(cfg, policy=policy_factory(), env_factory=guess_env_factory)
     trainable = [n for n, p in tr.model.named_parameters() if p.requires_grad]
     assert trainable and all("lora_" in n for n in trainable)
@@ -146,11 +202,17 @@ def test_lora_trains_only_adapters(tmp_path, policy_factory, guess_env_factory):
     assert tr.policy.model is tr.model and hist[0]["samples"] > 0
 
 
-def test_positive_advantage_raises_logprob_negative_lowers_it(tmp_path, policy_factory, guess_env_factory):
+def test_positive_advantage_raises_logprob_negative_lowers_it(
+    tmp_path, policy_factory, guess_env_factory
+):
     import torch
     from trace_gym.trainers.data import Sample, collate
 
-    tr = Trainer(tiny_config(tmp_path, steps=1, optim={"lr": 1e-2}), policy=policy_factory(), env_factory=guess_env_factory)
+    tr = Trainer(
+        tiny_config(tmp_path, steps=1, optim={"lr": 1e-2}),
+        policy=policy_factory(),
+        env_factory=guess_env_factory,
+    )
     ids = [5, 6, 7, 8, 9, 10]
     good = Sample(ids, [0, 0, 0, 1, 1, 1], 1.0, 1.0, [0.0] * 6)
     bad = Sample(ids[::-1], [0, 0, 0, 1, 1, 1], -1.0, 1.0, [0.0] * 6)
@@ -165,14 +227,19 @@ def test_positive_advantage_raises_logprob_negative_lowers_it(tmp_path, policy_f
     assert trained_logp(good) > g0 and trained_logp(bad) < b0
 
 
-def test_near_certain_generator_logprobs_count_as_known(tmp_path, policy_factory, guess_env_factory):
+def test_near_certain_generator_logprobs_count_as_known(
+    tmp_path, policy_factory, guess_env_factory
+):
     """Generator logprobs of 0.0 that were recorded enter the mismatch diagnostic and the
     truncated importance weight; unrecorded ones (no mask) do not."""
     import torch
     from trace_gym.trainers.data import Sample
 
-    tr = Trainer(tiny_config(tmp_path, steps=1, algo={"tis_cap": 2.0}), policy=policy_factory(),
-                 env_factory=guess_env_factory)
+    tr = Trainer(
+        tiny_config(tmp_path, steps=1, algo={"tis_cap": 2.0}),
+        policy=policy_factory(),
+        env_factory=guess_env_factory,
+    )
     ids, mask = [5, 6, 7, 8, 9, 10], [0, 0, 0, 1, 1, 1]
     state = {k: v.clone() for k, v in tr.model.state_dict().items()}
     old = tr._old_logprobs([Sample(ids, mask, 1.0, 1.0, [0.0] * 6)]).old[0]
@@ -183,7 +250,9 @@ def test_near_certain_generator_logprobs_count_as_known(tmp_path, policy_factory
     tr.model.load_state_dict(state)
     unknown = tr.update([Sample(ids, mask, 1.0, 1.0, [0.0] * 6)], step=0)
     assert unknown["logprob_mismatch"] == 0.0
-    assert torch.isfinite(torch.tensor(known["loss"])) and known["loss"] != unknown["loss"]  # TIS weights differ
+    assert (
+        torch.isfinite(torch.tensor(known["loss"])) and known["loss"] != unknown["loss"]
+    )  # TIS weights differ
 
 
 class _FakeVLLMPolicy:
@@ -206,24 +275,41 @@ class _FakeVLLMPolicy:
             self.resets += 1
 
         runner = SimpleNamespace(model=SimpleNamespace(load_weights=load_weights))
-        self.llm = SimpleNamespace(llm_engine=SimpleNamespace(model_executor=SimpleNamespace(
-            driver_worker=SimpleNamespace(model_runner=runner))), reset_prefix_cache=reset_prefix_cache)
+        self.llm = SimpleNamespace(
+            llm_engine=SimpleNamespace(
+                model_executor=SimpleNamespace(driver_worker=SimpleNamespace(model_runner=runner))
+            ),
+            reset_prefix_cache=reset_prefix_cache,
+        )
 
     def generate(self, conversations):
         return self.inner.generate(conversations)
 
 
 @pytest.mark.parametrize("lora", [False, True])
-def test_generator_with_own_weights_gets_them_pushed(tmp_path, policy_factory, guess_env_factory, lora):
+def test_generator_with_own_weights_gets_them_pushed(
+    tmp_path, policy_factory, guess_env_factory, lora
+):
     import torch
 
-    policy_factory().model.save_pretrained(tmp_path / "model")  # the trainer's copy is loaded from here
+    policy_factory().model.save_pretrained(
+        tmp_path / "model"
+    )  # the trainer's copy is loaded from here
     gen = _FakeVLLMPolicy(policy_factory())
-    policy = {"path": str(tmp_path / "model"), "lora": lora, "lora_r": 4, "lora_targets": ["q_proj", "v_proj"]}
-    tr = Trainer(tiny_config(tmp_path, steps=1, policy=policy), policy=gen, env_factory=guess_env_factory)
+    policy = {
+        "path": str(tmp_path / "model"),
+        "lora": lora,
+        "lora_r": 4,
+        "lora_targets": ["q_proj", "v_proj"],
+    }
+    tr = Trainer(
+        tiny_config(tmp_path, steps=1, policy=policy), policy=gen, env_factory=guess_env_factory
+    )
     assert tr.sync_mode == "vllm" and tr.model is not gen.inner.model
     hist = tr.run()
-    assert hist[0]["samples"] > 0 and gen.loads == 2 and gen.resets == 2  # at start-up and after the step
+    assert (
+        hist[0]["samples"] > 0 and gen.loads == 2 and gen.resets == 2
+    )  # at start-up and after the step
     from trace_gym.trainers.sync import export_weights
 
     trained = dict(export_weights(tr.model))
@@ -240,7 +326,11 @@ def two_checkpoints(tmp_path_factory, policy_factory, guess_env_factory):
     """A run dir after 2 steps with checkpoints step_000001 and step_000002 (made once, copied per test)."""
     if "run" not in _RUNS:
         base = tmp_path_factory.mktemp("ckpts")
-        Trainer(tiny_config(base, keep_checkpoints=3), policy=policy_factory(), env_factory=guess_env_factory).run()
+        Trainer(
+            tiny_config(base, keep_checkpoints=3),
+            policy=policy_factory(),
+            env_factory=guess_env_factory,
+        ).run()
         _RUNS["run"] = base / "run"
     return _RUNS["run"]
 
@@ -250,7 +340,11 @@ def _resume_copy(tmp_path, source, policy_factory, guess_env_factory, damage):
 
     shutil.copytree(source, tmp_path / "run")
     damage(tmp_path / "run")
-    return Trainer(tiny_config(tmp_path, steps=3, keep_checkpoints=3), policy=policy_factory(), env_factory=guess_env_factory)
+    return Trainer(
+        tiny_config(tmp_path, steps=3, keep_checkpoints=3),
+        policy=policy_factory(),
+        env_factory=guess_env_factory,
+    )
 
 
 def _truncate(path):
@@ -267,32 +361,63 @@ def _flip_byte(path):
 @pytest.mark.parametrize(
     ("damage", "why"),
     [
-        (lambda run: _truncate(run / "checkpoints" / "step_000002" / "trainer.pt"), "trainer.pt does not match its checksum"),
-        (lambda run: _truncate(run / "checkpoints" / "step_000002" / "state.pkl"), "state.pkl does not match its checksum"),
-        (lambda run: _flip_byte(run / "checkpoints" / "step_000002" / "trainer.pt"), "trainer.pt does not match its checksum"),
+        (
+            lambda run: _truncate(run / "checkpoints" / "step_000002" / "trainer.pt"),
+            "trainer.pt does not match its checksum",
+        ),
+        (
+            lambda run: _truncate(run / "checkpoints" / "step_000002" / "state.pkl"),
+            "state.pkl does not match its checksum",
+        ),
+        (
+            lambda run: _flip_byte(run / "checkpoints" / "step_000002" / "trainer.pt"),
+            "trainer.pt does not match its checksum",
+        ),
         (lambda run: (run / "checkpoints" / "step_000002" / "state.pkl").unlink(), "unreadable"),
-        (lambda run: __import__("shutil").rmtree(run / "checkpoints" / "step_000002"), "names 'step_000002', which is missing"),
+        (
+            lambda run: __import__("shutil").rmtree(run / "checkpoints" / "step_000002"),
+            "names 'step_000002', which is missing",
+        ),
     ],
-    ids=["trainer.pt-cut", "state.pkl-cut", "trainer.pt-bitflip", "state.pkl-gone", "latest-missing"],
+    ids=[
+        "trainer.pt-cut",
+        "state.pkl-cut",
+        "trainer.pt-bitflip",
+        "state.pkl-gone",
+        "latest-missing",
+    ],
 )
-def test_resume_falls_back_to_the_newest_valid_checkpoint(tmp_path, two_checkpoints, policy_factory, guess_env_factory, damage, why):
+def test_resume_falls_back_to_the_newest_valid_checkpoint(
+    tmp_path, two_checkpoints, policy_factory, guess_env_factory, damage, why
+):
     tr = _resume_copy(tmp_path, two_checkpoints, policy_factory, guess_env_factory, damage)
     with pytest.warns(RuntimeWarning) as caught:
         assert tr.load()
     messages = " | ".join(str(w.message) for w in caught)
     assert why in messages and "step_000001" in messages
     assert tr.step == 1
-    rows = [json.loads(x)["step"] for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    rows = [
+        json.loads(x)["step"] for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
+    ]
     assert rows == [0]  # step 1's row is rerun
 
 
-def test_checkpoints_without_checksums_still_load(tmp_path, two_checkpoints, policy_factory, guess_env_factory):
-    tr = _resume_copy(tmp_path, two_checkpoints, policy_factory, guess_env_factory,
-                      lambda run: (run / "checkpoints" / "step_000002" / "checksums.json").unlink())  # fmt: skip
+def test_checkpoints_without_checksums_still_load(
+    tmp_path, two_checkpoints, policy_factory, guess_env_factory
+):
+    tr = _resume_copy(
+        tmp_path,
+        two_checkpoints,
+        policy_factory,
+        guess_env_factory,
+        lambda run: (run / "checkpoints" / "step_000002" / "checksums.json").unlink(),
+    )
     assert tr.load() and tr.step == 2
 
 
-def test_no_valid_checkpoint_is_a_config_error(tmp_path, two_checkpoints, policy_factory, guess_env_factory):
+def test_no_valid_checkpoint_is_a_config_error(
+    tmp_path, two_checkpoints, policy_factory, guess_env_factory
+):
     def damage_all(run):
         for p in (run / "checkpoints").glob("step_*/trainer.pt"):
             _truncate(p)
@@ -302,7 +427,9 @@ def test_no_valid_checkpoint_is_a_config_error(tmp_path, two_checkpoints, policy
         tr.load()
 
 
-def test_a_torn_last_metrics_row_does_not_stop_resume(tmp_path, two_checkpoints, policy_factory, guess_env_factory):
+def test_a_torn_last_metrics_row_does_not_stop_resume(
+    tmp_path, two_checkpoints, policy_factory, guess_env_factory
+):
     def tear(run):
         with open(run / "metrics.jsonl", "a") as f:
             f.write('{"step": 2, "rew')  # killed while logging step 2
@@ -311,5 +438,7 @@ def test_a_torn_last_metrics_row_does_not_stop_resume(tmp_path, two_checkpoints,
     with pytest.warns(RuntimeWarning, match="dropped 1 unreadable row"):
         hist = tr.run()
     assert [m["step"] for m in hist] == [2]
-    rows = [json.loads(x)["step"] for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    rows = [
+        json.loads(x)["step"] for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
+    ]
     assert rows == [0, 1, 2]

@@ -61,10 +61,14 @@ def test_aggregations_direct(small):
     assert aggregate(v, mask, "token_mean").item() == pytest.approx(tok.item())
     seq = sum((v[i] * mask[i]).sum() / max(mask[i].sum(), 1) for i in range(3)) / 3
     assert aggregate(v, mask, "seq_mean").item() == pytest.approx(seq.item())
-    assert aggregate(v, mask, "dr_grpo", constant=100.0).item() == pytest.approx((v * mask).sum().item() / 100)
+    assert aggregate(v, mask, "dr_grpo", constant=100.0).item() == pytest.approx(
+        (v * mask).sum().item() / 100
+    )
     # whole-batch normalisers: two micro-batches sum to the full-batch value
     full = aggregate(v, mask, "token_mean")
-    parts = aggregate(v[:2], mask[:2], "token_mean", tokens=mask.sum()) + aggregate(v[2:], mask[2:], "token_mean", tokens=mask.sum())
+    parts = aggregate(v[:2], mask[:2], "token_mean", tokens=mask.sum()) + aggregate(
+        v[2:], mask[2:], "token_mean", tokens=mask.sum()
+    )
     assert parts.item() == pytest.approx(full.item())
     with pytest.raises(UnknownNameError):
         aggregate(v, mask, "median")
@@ -76,7 +80,9 @@ def test_masked_tokens_do_not_matter(small):
     out = policy_loss(lp, old, adv, mask, ref_logp=ref, kl_coef=0.1, dual_clip=3.0)
     # garbage on masked positions changes nothing: neither the loss nor the statistics
     junk = (1 - mask) * 50.0
-    out2 = policy_loss(lp + junk, old - junk, adv + junk, mask, ref_logp=ref + junk, kl_coef=0.1, dual_clip=3.0)
+    out2 = policy_loss(
+        lp + junk, old - junk, adv + junk, mask, ref_logp=ref + junk, kl_coef=0.1, dual_clip=3.0
+    )
     assert out.loss.item() == pytest.approx(out2.loss.item())
     assert out.clip_frac == pytest.approx(out2.clip_frac)
     assert out.kl == pytest.approx(out2.kl)
@@ -86,7 +92,18 @@ def test_policy_loss_direct_with_weights_and_kl(small):
     lp, old, adv, mask = small
     w = torch.tensor([[0.5], [2.0], [1.0]]).expand(3, 5)
     ref = lp + 0.2
-    out = policy_loss(lp, old, adv, mask, w, ref_logp=ref, kl_coef=0.05, clip_low=0.1, clip_high=0.3, aggregation="token_mean")
+    out = policy_loss(
+        lp,
+        old,
+        adv,
+        mask,
+        w,
+        ref_logp=ref,
+        kl_coef=0.05,
+        clip_low=0.1,
+        clip_high=0.3,
+        aggregation="token_mean",
+    )
     n = mask.sum().item()
     want = 0.0
     for i in range(3):
@@ -94,7 +111,10 @@ def test_policy_loss_direct_with_weights_and_kl(small):
             if mask[i, j]:
                 d = ref[i, j].item() - lp[i, j].item()
                 kl = math.exp(d) - d - 1
-                want += w[i, j].item() * (direct_pg(lp[i, j].item(), old[i, j].item(), adv[i, j].item(), 0.1, 0.3, None) + 0.05 * kl)
+                want += w[i, j].item() * (
+                    direct_pg(lp[i, j].item(), old[i, j].item(), adv[i, j].item(), 0.1, 0.3, None)
+                    + 0.05 * kl
+                )
     assert out.loss.item() == pytest.approx(want / n, rel=1e-5)
 
 

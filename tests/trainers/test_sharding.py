@@ -24,10 +24,7 @@ import pytest
 pytest.importorskip("transformers")
 
 import torch  # noqa: E402
-from trace_gym.trainers.config import TrainConfig  # noqa: E402
-from trace_gym.trainers.loop import Trainer  # noqa: E402
-from trace_gym.trainers.sharding import FAULT_ENV, ShardedTrainer, _full_state, wants_sharding  # noqa: E402
-from trace_gym.trainers.train_bench import (  # noqa: E402
+from trace_gym.bench.train import (  # noqa: E402
     DEFAULT_CONFIG,
     TOLERANCE,
     launch_command,
@@ -35,16 +32,29 @@ from trace_gym.trainers.train_bench import (  # noqa: E402
     run_launch,
     write_config,
 )
+from trace_gym.trainers.config import TrainConfig  # noqa: E402
+from trace_gym.trainers.loop import Trainer  # noqa: E402
+from trace_gym.trainers.sharding import FAULT_ENV, ShardedTrainer, _full_state, wants_sharding  # noqa: E402
 
 from trace_gym.errors import ConfigError  # noqa: E402
 
 
 def tiny_config(tmp_path, name="run", **over) -> TrainConfig:
     d = {
-        "steps": 2, "seed": 3, "out_dir": str(tmp_path / name), "tensorboard": False, "progress": False,
+        "steps": 2,
+        "seed": 3,
+        "out_dir": str(tmp_path / name),
+        "tensorboard": False,
+        "progress": False,
         "policy": {"kind": "custom"},
-        "rollout": {"allocator": "trace", "predictor": "empirical", "root_budget": 6,
-                    "replays_per_root": 1.0, "candidates_per_step": 3, "group_size": 2},
+        "rollout": {
+            "allocator": "trace",
+            "predictor": "empirical",
+            "root_budget": 6,
+            "replays_per_root": 1.0,
+            "candidates_per_step": 3,
+            "group_size": 2,
+        },
         "algo": {"name": "treerpo", "kl_coef": 0.05},
         "optim": {"lr": 1e-3, "micro_batch_size": 2, "mini_batch_size": 8},
         "dist": {"strategy": "fsdp"},
@@ -73,29 +83,54 @@ def _max_diff(a, b) -> float:
     return max(float((a[k].float() - b[k].float()).abs().max()) for k in a)
 
 
-def test_one_rank_sharded_equals_plain_and_resumes(tmp_path, policy_factory, guess_env_factory, one_rank):
-    plain = Trainer(tiny_config(tmp_path, "plain", dist={"strategy": "none"}), policy=policy_factory(),
-                    env_factory=guess_env_factory)
+def test_one_rank_sharded_equals_plain_and_resumes(
+    tmp_path, policy_factory, guess_env_factory, one_rank
+):
+    plain = Trainer(
+        tiny_config(tmp_path, "plain", dist={"strategy": "none"}),
+        policy=policy_factory(),
+        env_factory=guess_env_factory,
+    )
     ph = plain.run()
     cfg = tiny_config(tmp_path, "sharded", steps=1)
     first = ShardedTrainer(cfg, policy=policy_factory(), env_factory=guess_env_factory)
-    assert first.ref_model is not None and first.generator is not None and first.policy.model is first.generator
+    assert (
+        first.ref_model is not None
+        and first.generator is not None
+        and first.policy.model is first.generator
+    )
     first.run()
     ckpt = tmp_path / "sharded" / "checkpoints" / "step_000001"
     assert (ckpt / "dcp" / ".metadata").exists() and (ckpt / "checksums.json").exists()
-    resumed = ShardedTrainer(tiny_config(tmp_path, "sharded", steps=2), env=first.dist, policy=policy_factory(),
-                             env_factory=guess_env_factory)
+    resumed = ShardedTrainer(
+        tiny_config(tmp_path, "sharded", steps=2),
+        env=first.dist,
+        policy=policy_factory(),
+        env_factory=guess_env_factory,
+    )
     sh = resumed.run()
     assert [m["step"] for m in sh] == [1]  # nothing rerun, nothing skipped
     assert ph[1]["samples"] == sh[0]["samples"] > 0
-    assert abs(ph[1]["loss"] - sh[0]["loss"]) < 1e-6 and abs(ph[1]["grad_norm"] - sh[0]["grad_norm"]) < 1e-6
+    assert (
+        abs(ph[1]["loss"] - sh[0]["loss"]) < 1e-6
+        and abs(ph[1]["grad_norm"] - sh[0]["grad_norm"]) < 1e-6
+    )
     assert _max_diff(_weights(plain), _weights(resumed)) < 1e-6
     # the generator copy holds the trained weights
     gen = dict(resumed.generator.named_parameters())
-    assert max(float((gen[n] - t).abs().max()) for n, t in _full_state(resumed.model, True, None).items() if n in gen) == 0.0
+    assert (
+        max(
+            float((gen[n] - t).abs().max())
+            for n, t in _full_state(resumed.model, True, None).items()
+            if n in gen
+        )
+        == 0.0
+    )
 
 
-def test_damaged_sharded_checkpoint_is_skipped(tmp_path, policy_factory, guess_env_factory, one_rank):
+def test_damaged_sharded_checkpoint_is_skipped(
+    tmp_path, policy_factory, guess_env_factory, one_rank
+):
     cfg = tiny_config(tmp_path, steps=2, algo={"kl_coef": 0.0})
     tr = ShardedTrainer(cfg, policy=policy_factory(), env_factory=guess_env_factory)
     tr.run()
@@ -116,7 +151,11 @@ def test_strategy_checks(tmp_path, monkeypatch, policy_factory, guess_env_factor
     monkeypatch.setenv("WORLD_SIZE", "1")
     assert not wants_sharding(tiny_config(tmp_path, dist={"strategy": "auto"}))
     with pytest.raises(ConfigError, match="lora"):
-        ShardedTrainer(tiny_config(tmp_path, policy={"lora": True}), policy=policy_factory(), env_factory=guess_env_factory)
+        ShardedTrainer(
+            tiny_config(tmp_path, policy={"lora": True}),
+            policy=policy_factory(),
+            env_factory=guess_env_factory,
+        )
     with pytest.raises(ConfigError, match="dist strategy"):
         tiny_config(tmp_path, dist={"strategy": "ddp"})
     with pytest.raises(ConfigError, match="param_dtype"):
@@ -144,9 +183,14 @@ def test_two_ranks_equal_one_process_and_catch_sum_avg_mixup(tmp_path, monkeypat
     # the same run with the gradients averaged over ranks instead of summed
     monkeypatch.setenv(FAULT_ENV, "avg")
     bad = run_launch(_config(2), tmp_path / "avg", 2)
-    from trace_gym.trainers.train_bench import compare
+    from trace_gym.bench.train import compare
 
-    diff = compare(tmp_path / "ref", tmp_path / "avg", [json.loads((tmp_path / "ref" / "rank0.json").read_text())], bad)
+    diff = compare(
+        tmp_path / "ref",
+        tmp_path / "avg",
+        [json.loads((tmp_path / "ref" / "rank0.json").read_text())],
+        bad,
+    )
     assert diff["max_abs_grad_diff"] > 100 * TOLERANCE["max_abs_grad_diff"]
     assert diff["grad_norm_diff"] > 0.3 * two["grad_norm"][0]  # halved with 2 ranks
 
@@ -179,14 +223,24 @@ def _descendants(pid: int) -> list[int]:
 
 def _kill_after_first_checkpoint(out, world: int) -> int:
     """Start the job, SIGKILL it the moment its first checkpoint is in place; metric rows logged by then."""
-    proc = subprocess.Popen(launch_command(out, world), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    proc = subprocess.Popen(
+        launch_command(out, world),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
     latest = out / "run" / "checkpoints" / "latest"
     deadline = time.monotonic() + 900
     while not (latest.exists() and latest.read_text().strip() == "step_000001"):
-        assert proc.poll() is None and time.monotonic() < deadline, "the job ended before its first checkpoint"
+        assert proc.poll() is None and time.monotonic() < deadline, (
+            "the job ended before its first checkpoint"
+        )
         time.sleep(0.05)
-    for pid in [*_descendants(proc.pid), proc.pid]:  # the workers first, or torchrun would restart none
+    for pid in [
+        *_descendants(proc.pid),
+        proc.pid,
+    ]:  # the workers first, or torchrun would restart none
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
     proc.wait()
@@ -210,7 +264,9 @@ def test_kill_and_resume_on_one_and_two_ranks(tmp_path):
         got = _final_weights(out / "run")
         diff = max(float((got[k] - want[k]).abs().max()) for k in want)
         assert diff <= TOLERANCE["max_abs_weight_diff"], (world, diff)
-        rows = [json.loads(x)["step"] for x in (out / "run" / "metrics.jsonl").read_text().splitlines()]
+        rows = [
+            json.loads(x)["step"] for x in (out / "run" / "metrics.jsonl").read_text().splitlines()
+        ]
         assert rows == [0, 1, 2]
 
 
@@ -219,11 +275,14 @@ def test_two_ranks_checkpointing_unsharded_accumulation_and_bf16(tmp_path):
     """Activation checkpointing and accumulating unsharded gradients change no number (fp32
     tolerance); bf16 compute with fp32 reduction (and an fp32 generator, so the trees are the
     same) stays within bf16 rounding of the fp32 single process."""
-    from trace_gym.trainers.train_bench import compare
+    from trace_gym.bench.train import compare
 
     ref = run_launch(_config(1), tmp_path / "ref", None)
-    exact = run_launch(_config(1, policy={"gradient_checkpointing": True}, dist={"accumulate_unsharded": True}),
-                       tmp_path / "exact", 2)
+    exact = run_launch(
+        _config(1, policy={"gradient_checkpointing": True}, dist={"accumulate_unsharded": True}),
+        tmp_path / "exact",
+        2,
+    )
     d = compare(tmp_path / "ref", tmp_path / "exact", ref, exact)
     assert d["same_samples"] and all(d[k] <= tol for k, tol in TOLERANCE.items()), d
     mixed = {"param_dtype": "bfloat16", "reduce_dtype": "float32", "generator_dtype": "float32"}
@@ -248,14 +307,21 @@ class _OwnWeights:
         return self.inner.generate(conversations)
 
 
-def test_one_rank_pushes_full_weights_to_a_generator_with_its_own(tmp_path, policy_factory, guess_env_factory,
-                                                                   one_rank):
-    policy_factory().model.save_pretrained(tmp_path / "model")  # the trainer's copy is loaded from here
+def test_one_rank_pushes_full_weights_to_a_generator_with_its_own(
+    tmp_path, policy_factory, guess_env_factory, one_rank
+):
+    policy_factory().model.save_pretrained(
+        tmp_path / "model"
+    )  # the trainer's copy is loaded from here
     gen = _OwnWeights(policy_factory())
-    cfg = tiny_config(tmp_path, steps=1, policy={"path": str(tmp_path / "model")}, algo={"kl_coef": 0.0})
+    cfg = tiny_config(
+        tmp_path, steps=1, policy={"path": str(tmp_path / "model")}, algo={"kl_coef": 0.0}
+    )
     tr = ShardedTrainer(cfg, policy=gen, env_factory=guess_env_factory)
     assert tr.generator is None and tr.model is not gen.inner.model
     hist = tr.run()
-    assert hist[0]["samples"] > 0 and gen.pushes == 2 and gen.version == 2  # build_parts, then after the step
+    assert (
+        hist[0]["samples"] > 0 and gen.pushes == 2 and gen.version == 2
+    )  # build_parts, then after the step
     full = _full_state(tr.model, True, None)
     assert _max_diff(full, dict(gen.inner.model.state_dict())) == 0.0

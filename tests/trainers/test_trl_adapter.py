@@ -61,7 +61,9 @@ def test_packing_drops_the_smallest_advantages_when_the_batch_is_full():
 def test_unit_rows_split_prompt_and_completion_and_fold_weights(make_trace_tree):
     tree = make_trace_tree()
     rows, counts = unit_rows([tree], TRLRolloutConfig(advantage="grpo", prompt_weight="roots"))
-    assert counts["units"] == 3 and len(rows) == 3  # three scored leaves, all with nonzero advantage
+    assert (
+        counts["units"] == 3 and len(rows) == 3
+    )  # three scored leaves, all with nonzero advantage
     for r in rows:
         assert r.prompt_ids == [1, 2]
         assert len(r.completion_ids) == len(r.env_mask) == len(r.logprobs)
@@ -79,12 +81,21 @@ def test_config_and_grpo_args_are_checked():
         TRLRolloutConfig(advantage="ppo")
     with pytest.raises(ConfigError, match="root_budget"):
         TRLRolloutConfig(root_budget=0)
-    ok = dict(scale_rewards="none", multi_objective_aggregation="sum_then_normalize", reward_weights=None,
-              use_vllm=False, temperature=1.0)
+    ok = dict(
+        scale_rewards="none",
+        multi_objective_aggregation="sum_then_normalize",
+        reward_weights=None,
+        use_vllm=False,
+        temperature=1.0,
+    )
     policy = SimpleNamespace(sampling=SimpleNamespace(temperature=1.0))
     check_grpo_args(SimpleNamespace(**ok), policy)
-    for bad, match in (({"scale_rewards": "group"}, "scale_rewards"), ({"use_vllm": True}, "use_vllm"),
-                       ({"temperature": 0.7}, "temperature"), ({"reward_weights": [2.0]}, "reward_weights")):
+    for bad, match in (
+        ({"scale_rewards": "group"}, "scale_rewards"),
+        ({"use_vllm": True}, "use_vllm"),
+        ({"temperature": 0.7}, "temperature"),
+        ({"reward_weights": [2.0]}, "reward_weights"),
+    ):
         with pytest.raises(ConfigError, match=match):
             check_grpo_args(SimpleNamespace(**{**ok, **bad}), policy)
     with pytest.raises(ConfigError, match="rollout_func"):
@@ -100,7 +111,7 @@ def _tiny_sim():
     import gymnasium as gym
     from trace_gym.agents.hf import HFPolicy
     from trace_gym.agents.tiny import default_test_config, tiny_model_dir
-    from trace_gym.trainers.pipeline import pipeline_preset
+    from trace_gym.bench.pipeline import pipeline_preset
 
     model_dir = tiny_model_dir(default_test_config(env_kwargs={"trace/Sim-v0": {"num_tasks": 8}}))
     policy = HFPolicy.from_pretrained(str(model_dir), temperature=1.0, max_batch=32)
@@ -115,38 +126,65 @@ def test_trl_grpo_trainer_trains_on_trace_trees(tmp_path, monkeypatch):
 
     monkeypatch.setenv("TRL_EXPERIMENTAL_SILENCE", "1")
     policy, env_factory = _tiny_sim()
-    args = GRPOConfig(output_dir=str(tmp_path / "trl"), per_device_train_batch_size=CANDIDATES * G,
-                      num_generations=G, max_steps=3, logging_steps=1, save_strategy="no", report_to=["tensorboard"],
-                      use_cpu=True, scale_rewards="none", learning_rate=1e-3, seed=0, temperature=1.0,
-                      dataloader_num_workers=0, disable_tqdm=True)
-    cfg = TRLRolloutConfig(root_budget=ROOTS, replays_per_root=0.5, m_max=M_MAX, advantage="treerpo", seed=0)
+    args = GRPOConfig(
+        output_dir=str(tmp_path / "trl"),
+        per_device_train_batch_size=CANDIDATES * G,
+        num_generations=G,
+        max_steps=3,
+        logging_steps=1,
+        save_strategy="no",
+        report_to=["tensorboard"],
+        use_cpu=True,
+        scale_rewards="none",
+        learning_rate=1e-3,
+        seed=0,
+        temperature=1.0,
+        dataloader_num_workers=0,
+        disable_tqdm=True,
+    )
+    cfg = TRLRolloutConfig(
+        root_budget=ROOTS, replays_per_root=0.5, m_max=M_MAX, advantage="treerpo", seed=0
+    )
     trainer = make_grpo_trainer(policy, env_factory, args, cfg)
     before = [p.detach().clone() for p in trainer.model.parameters()]
     trainer.train()
 
     # the generator is the module TRL trained, and TRL's update moved it
     assert policy.model is trainer.accelerator.unwrap_model(trainer.model)
-    assert any(not torch.equal(a, b) for a, b in zip(before, trainer.model.parameters(), strict=True))
+    assert any(
+        not torch.equal(a, b) for a, b in zip(before, trainer.model.parameters(), strict=True)
+    )
     logs = [h for h in trainer.state.log_history if "loss" in h]
-    assert len(logs) == 3 and all(math.isfinite(h["loss"]) and math.isfinite(h["grad_norm"]) for h in logs)
+    assert len(logs) == 3 and all(
+        math.isfinite(h["loss"]) and math.isfinite(h["grad_norm"]) for h in logs
+    )
     assert all(h["trace/roots"] == ROOTS and h["trace/candidates"] == CANDIDATES for h in logs)
     assert sum(h["trace/unit_rows"] for h in logs) > 0 and max(h["grad_norm"] for h in logs) > 0
 
     # the allocation: TRACE's group sizes over TRL's sampled prompts, one record per generation batch
-    records = [json.loads(line) for line in (tmp_path / "trl" / ALLOCATION_FILE).read_text().splitlines()]
+    records = [
+        json.loads(line) for line in (tmp_path / "trl" / ALLOCATION_FILE).read_text().splitlines()
+    ]
     assert [r["step"] for r in records] == [0, 1, 2]
     for r, h in zip(records, logs, strict=True):
         sizes = list(r["group_sizes"].values())
         assert len(r["candidates"]) == CANDIDATES and set(r["group_sizes"]) <= set(r["candidates"])
         assert sum(sizes) == ROOTS and all(2 <= m <= M_MAX for m in sizes)
-        assert sum(r["replays"].values()) == r["replays_total"] == h["trace/replays"] == round(0.5 * ROOTS)
+        assert (
+            sum(r["replays"].values())
+            == r["replays_total"]
+            == h["trace/replays"]
+            == round(0.5 * ROOTS)
+        )
         assert h["trace/group_size_max"] == max(sizes) and h["trace/selected_prompts"] == len(sizes)
     last = trainer.rollout_func.last_trees
     assert {t.prompt_id: len(t.root.children) for t in last} == records[-1]["group_sizes"]
 
     # what TRL's loss saw for the last batch: exactly our packed advantages
     rows = trainer.rollout_func.last_rows
-    np.testing.assert_allclose(list(trainer._logs["advantages"]), [r.reward for r in rows], atol=1e-5)
+    np.testing.assert_allclose(
+        list(trainer._logs["advantages"]), [r.reward for r in rows], atol=1e-5
+    )
 
     # and the allocation reached TRL's TensorBoard logs
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
@@ -167,10 +205,21 @@ def test_trl_checkpoints_carry_the_runner_state_into_a_resumed_run(tmp_path, mon
 
     def build(steps):
         policy, env_factory = _tiny_sim()
-        args = GRPOConfig(output_dir=str(tmp_path / "trl"), per_device_train_batch_size=CANDIDATES * G,
-                          num_generations=G, max_steps=steps, save_strategy="steps", save_steps=1, report_to="none",
-                          use_cpu=True, scale_rewards="none", learning_rate=1e-3, seed=0, temperature=1.0,
-                          disable_tqdm=True)
+        args = GRPOConfig(
+            output_dir=str(tmp_path / "trl"),
+            per_device_train_batch_size=CANDIDATES * G,
+            num_generations=G,
+            max_steps=steps,
+            save_strategy="steps",
+            save_steps=1,
+            report_to="none",
+            use_cpu=True,
+            scale_rewards="none",
+            learning_rate=1e-3,
+            seed=0,
+            temperature=1.0,
+            disable_tqdm=True,
+        )
         return make_grpo_trainer(policy, env_factory, args, cfg)
 
     first = build(2)
@@ -183,4 +232,6 @@ def test_trl_checkpoints_carry_the_runner_state_into_a_resumed_run(tmp_path, mon
     history = resumed.rollout_func.runner.history
     for prompt, visits in saved.items():  # steps 0-1 restored, step 2 appended
         assert history[prompt].rewards[: len(visits.rewards)] == visits.rewards
-    assert sum(len(v.rewards) for v in history.values()) > sum(len(v.rewards) for v in saved.values())
+    assert sum(len(v.rewards) for v in history.values()) > sum(
+        len(v.rewards) for v in saved.values()
+    )

@@ -21,8 +21,12 @@ import numpy as np
 import pytest
 
 pytestmark = pytest.mark.verl
-if importlib.util.find_spec("verl") is None:  # the main venv: verl has its own (TRACE_GYM_REQUIRE=verl there)
-    pytest.skip("verl is not installed here (see scripts/setup_verl_venv.sh)", allow_module_level=True)
+if (
+    importlib.util.find_spec("verl") is None
+):  # the main venv: verl has its own (TRACE_GYM_REQUIRE=verl there)
+    pytest.skip(
+        "verl is not installed here (see scripts/setup_verl_venv.sh)", allow_module_level=True
+    )
 
 import trace_gym.trainers.verl_adapter as va  # noqa: E402
 from hydra import compose, initialize_config_dir  # noqa: E402
@@ -61,12 +65,17 @@ def verl_config(model_dir):
 
     cdir = os.path.join(os.path.dirname(verl.__file__), "trainer", "config")
     with initialize_config_dir(config_dir=cdir, version_base=None):
-        return compose("ppo_trainer", overrides=[
-            f"actor_rollout_ref.model.path={model_dir}", "actor_rollout_ref.rollout.name=vllm",
-            "actor_rollout_ref.rollout.prompt_length=512", "actor_rollout_ref.rollout.response_length=400",
-            "actor_rollout_ref.rollout.calculate_log_probs=true",
-            f"actor_rollout_ref.rollout.agent.default_agent_loop={va.AGENT_NAME}",
-        ])  # fmt: skip
+        return compose(
+            "ppo_trainer",
+            overrides=[
+                f"actor_rollout_ref.model.path={model_dir}",
+                "actor_rollout_ref.rollout.name=vllm",
+                "actor_rollout_ref.rollout.prompt_length=512",
+                "actor_rollout_ref.rollout.response_length=400",
+                "actor_rollout_ref.rollout.calculate_log_probs=true",
+                f"actor_rollout_ref.rollout.agent.default_agent_loop={va.AGENT_NAME}",
+            ],
+        )
 
 
 @pytest.fixture(scope="module")
@@ -84,23 +93,39 @@ def _loop(verl_config, server, worker):
     import hydra
 
     return hydra.utils.instantiate(
-        config=_agent_loop_registry[va.AGENT_NAME], trainer_config=DictConfigWrap(config=verl_config),
-        server_manager=server, tokenizer=worker.tokenizer, processor=None, hf_model_type=worker.hf_model_type,
-        dataset_cls=worker.dataset_cls, data_config=DictConfigWrap(verl_config.data), tools=None,
-    )  # fmt: skip
+        config=_agent_loop_registry[va.AGENT_NAME],
+        trainer_config=DictConfigWrap(config=verl_config),
+        server_manager=server,
+        tokenizer=worker.tokenizer,
+        processor=None,
+        hf_model_type=worker.hf_model_type,
+        dataset_cls=worker.dataset_cls,
+        data_config=DictConfigWrap(verl_config.data),
+        tools=None,
+    )
 
 
 def _params():
-    return {"temperature": 1.0, "top_p": 1.0, "top_k": -1, "repetition_penalty": 1.0, "logprobs": True}
+    return {
+        "temperature": 1.0,
+        "top_p": 1.0,
+        "top_k": -1,
+        "repetition_penalty": 1.0,
+        "logprobs": True,
+    }
 
 
 def _run(loop, request, **params):
     sampling = {**_params(), **params}
-    return asyncio.run(loop.run(sampling, raw_prompt=[{"role": "user", "content": "x"}], trace_gym=request))
+    return asyncio.run(
+        loop.run(sampling, raw_prompt=[{"role": "user", "content": "x"}], trace_gym=request)
+    )
 
 
 def test_registered_with_verl():
-    assert _agent_loop_registry[va.AGENT_NAME] == {"_target_": "trace_gym.trainers.verl_adapter.TraceEnvAgentLoop"}
+    assert _agent_loop_registry[va.AGENT_NAME] == {
+        "_target_": "trace_gym.trainers.verl_adapter.TraceEnvAgentLoop"
+    }
 
 
 def test_agent_loop_output_follows_the_token_contract(verl_config, server, worker, model_dir):
@@ -116,13 +141,17 @@ def test_agent_loop_output_follows_the_token_contract(verl_config, server, worke
     chat = ChatTokens(worker.tokenizer, model_formats(model_dir))
     fmt = chat.format(ENV)
     for t in turns:  # generated tokens are mask 1, env tokens mask 0, nothing else in between
-        gen = out.response_ids[t["start"]:t["end"]]
-        assert out.response_mask[t["start"]:t["end"]] == [1] * len(gen)
+        gen = out.response_ids[t["start"] : t["end"]]
+        assert out.response_mask[t["start"] : t["end"]] == [1] * len(gen)
         assert worker.tokenizer.decode(gen, skip_special_tokens=True) == t["action"]
-        assert out.response_mask[t["end"]:t["obs_end"]] == [0] * (t["obs_end"] - t["end"])
+        assert out.response_mask[t["end"] : t["obs_end"]] == [0] * (t["obs_end"] - t["end"])
         if t["obs_end"] > t["end"]:
-            assert out.response_ids[t["end"]:t["obs_end"]] == chat.obs_ids(t["observation"], fmt, gen, obs_role(t["info"]))
-    assert turns[-1]["obs_end"] == n and sum(out.response_mask) == sum(t["end"] - t["start"] for t in turns)
+            assert out.response_ids[t["end"] : t["obs_end"]] == chat.obs_ids(
+                t["observation"], fmt, gen, obs_role(t["info"])
+            )
+    assert turns[-1]["obs_end"] == n and sum(out.response_mask) == sum(
+        t["end"] - t["start"] for t in turns
+    )
     # the env outcome is the env's own: replaying the actions on a fresh env gives it back
     env = gym.make(ENV)
     obs, _ = env.reset(seed=3, options={"task": TASK})
@@ -139,8 +168,13 @@ def test_restore_request_continues_from_the_exact_prefix(verl_config, server, wo
     first = _run(loop, va.trace_request(ENV, TASK, env_seed=5))
     r = first.extra_fields["trace_gym_result"]
     cut = r["turns"][0]["obs_end"]
-    req = {"checkpoint": r["checkpoints"][0], "prompt_ids": first.prompt_ids, "turns": 1,
-           "response_ids": first.response_ids[:cut], "response_logprobs": first.response_logprobs[:cut]}  # fmt: skip
+    req = {
+        "checkpoint": r["checkpoints"][0],
+        "prompt_ids": first.prompt_ids,
+        "turns": 1,
+        "response_ids": first.response_ids[:cut],
+        "response_logprobs": first.response_logprobs[:cut],
+    }
     out = _run(loop, va.trace_request(ENV, TASK, env_seed=77, anchor=1, child=1, restore=req))
     res = out.extra_fields["trace_gym_result"]
     assert res["error"] is None and res["prefix_turns"] == 1
@@ -172,7 +206,12 @@ def test_prompt_over_prompt_length_fails_the_branch_not_the_batch(verl_config, s
     out = _run(_loop(small, server, worker), va.trace_request(ENV, TASK))
     r = out.extra_fields["trace_gym_result"]
     assert r["error"]["kind"] == "overflow" and "prompt_length=16" in r["error"]["message"]
-    assert r["reward"] is None and not r["turns"] and len(out.prompt_ids) == 16 and sum(out.response_mask) == 0
+    assert (
+        r["reward"] is None
+        and not r["turns"]
+        and len(out.prompt_ids) == 16
+        and sum(out.response_mask) == 0
+    )
 
 
 def test_unsupported_sampling_params_are_refused(server):
@@ -184,25 +223,40 @@ def test_unsupported_sampling_params_are_refused(server):
 
 def _root_batch(n: int) -> DataProto:
     reqs = [va.trace_request(ENV, TASK, env_seed=i, child=i, episode=i) for i in range(n)]
-    return DataProto.from_dict(non_tensors={
-        "trace_gym": va._objects(reqs), "uid": va._objects([TASK] * n),
-        "raw_prompt": va._objects([[{"role": "user", "content": "x"}]] * n),
-        "agent_name": va._objects([va.AGENT_NAME] * n),
-    })  # fmt: skip
+    return DataProto.from_dict(
+        non_tensors={
+            "trace_gym": va._objects(reqs),
+            "uid": va._objects([TASK] * n),
+            "raw_prompt": va._objects([[{"role": "user", "content": "x"}]] * n),
+            "agent_name": va._objects([va.AGENT_NAME] * n),
+        }
+    )
 
 
 def test_verl_worker_batch_feeds_verl_grpo(verl_config, worker):
     out = asyncio.run(worker.generate_sequences(_root_batch(3)))
     b = out.batch
-    P, R = verl_config.actor_rollout_ref.rollout.prompt_length, verl_config.actor_rollout_ref.rollout.response_length
-    assert b["prompts"].shape == (3, P) and b["responses"].shape == (3, R) and b["input_ids"].shape == (3, P + R)
+    P, R = (
+        verl_config.actor_rollout_ref.rollout.prompt_length,
+        verl_config.actor_rollout_ref.rollout.response_length,
+    )
+    assert (
+        b["prompts"].shape == (3, P)
+        and b["responses"].shape == (3, R)
+        and b["input_ids"].shape == (3, P + R)
+    )
     results = out.non_tensor_batch["trace_gym_result"]
     for i, r in enumerate(results):
         n = int(b["attention_mask"][i, P:].sum())
-        assert float(b["rm_scores"][i, n - 1]) == r["reward"] and float(b["rm_scores"][i].sum()) == r["reward"]
+        assert (
+            float(b["rm_scores"][i, n - 1]) == r["reward"]
+            and float(b["rm_scores"][i].sum()) == r["reward"]
+        )
         assert int(b["response_mask"][i].sum()) == sum(t["end"] - t["start"] for t in r["turns"])
         assert out.non_tensor_batch["__num_turns__"][i] == 1 + 2 * len(r["turns"])
-    adv, _ = compute_grpo_outcome_advantage(b["rm_scores"], b["response_mask"], out.non_tensor_batch["uid"])
+    adv, _ = compute_grpo_outcome_advantage(
+        b["rm_scores"], b["response_mask"], out.non_tensor_batch["uid"]
+    )
     assert (adv[b["response_mask"] == 0] == 0).all()
     rewards = np.array([r["reward"] for r in results])
     if rewards.std() > 0:  # a mixed group: the best rollout gets a positive advantage
@@ -211,13 +265,23 @@ def test_verl_worker_batch_feeds_verl_grpo(verl_config, worker):
 
 
 def test_trace_runner_branches_from_checkpoints_through_verl(worker):
-    runner = va.VerlTraceRunner(worker.generate_sequences, ENV, ALLOCATORS["trace"](m_max=4), None,
-                                RunnerConfig(root_budget=4, replays_per_root=1.0, m_max=4, seed=1))  # fmt: skip
+    runner = va.VerlTraceRunner(
+        worker.generate_sequences,
+        ENV,
+        ALLOCATORS["trace"](m_max=4),
+        None,
+        RunnerConfig(root_budget=4, replays_per_root=1.0, m_max=4, seed=1),
+    )
     tasks = gym.make(ENV).unwrapped.task_ids[:2]
     trees, report = runner.run_step(0, tasks)
     batch = runner.last_batch
     roots = sum(len(t.root.children) for t in trees)
-    replays = [n for t in trees for n in t.nodes if n.origin == "replay" and t.nodes[n.parent].origin != "replay"]
+    replays = [
+        n
+        for t in trees
+        for n in t.nodes
+        if n.origin == "replay" and t.nodes[n.parent].origin != "replay"
+    ]
     assert roots == report.roots == 4 and replays and len(batch) == roots + len(replays)
     results = batch.non_tensor_batch["trace_gym_result"]
     P = batch.batch["prompts"].shape[1]
@@ -232,11 +296,18 @@ def test_trace_runner_branches_from_checkpoints_through_verl(worker):
     for i in replay_rows:
         r = results[i]
         tree = next(t for t in trees if t.prompt_id == r["task"])
-        cut = r["turns"][0]["start"] if r["turns"] else int(batch.batch["attention_mask"][i, P:].sum())
+        cut = (
+            r["turns"][0]["start"]
+            if r["turns"]
+            else int(batch.batch["attention_mask"][i, P:].sum())
+        )
         prefix = batch.batch["responses"][i, :cut].tolist()
         assert batch.batch["response_mask"][i, :cut].sum() == 0
-        assert any(va._prefix_tokens(tree, n.parent)[0] == prefix for n in tree.nodes
-                   if n.origin == "replay" and tree.nodes[n.parent].origin != "replay")  # fmt: skip
+        assert any(
+            va._prefix_tokens(tree, n.parent)[0] == prefix
+            for n in tree.nodes
+            if n.origin == "replay" and tree.nodes[n.parent].origin != "replay"
+        )
     assert set(batch.non_tensor_batch["uid"]) == {f"0:{t}" for t in (t.prompt_id for t in trees)}
 
 
@@ -256,7 +327,10 @@ def test_verl_llm_server_client_on_ray(verl_config, model_dir):
         results = out.non_tensor_batch["trace_gym_result"]
         assert all(r["error"] is None and r["turns"] for r in results)
         assert out.batch["rm_scores"].sum(-1).tolist() == [r["reward"] for r in results]
-        assert list(out.non_tensor_batch["min_global_steps"]) == [None, None]  # set by verl's client
+        assert list(out.non_tensor_batch["min_global_steps"]) == [
+            None,
+            None,
+        ]  # set by verl's client
     finally:
         if started:
             ray.shutdown()
@@ -267,8 +341,14 @@ def test_agent_loop_config_yaml_registers_the_loop_in_a_fresh_worker(verl_config
     from omegaconf import OmegaConf
 
     path = os.path.join(os.path.dirname(__file__), "..", "..", "configs", "verl_agent_loop.yaml")
-    cfg = OmegaConf.merge(verl_config, {"actor_rollout_ref": {"rollout": {"agent": {
-        "agent_loop_config_path": os.path.abspath(path)}}}})  # fmt: skip
+    cfg = OmegaConf.merge(
+        verl_config,
+        {
+            "actor_rollout_ref": {
+                "rollout": {"agent": {"agent_loop_config_path": os.path.abspath(path)}}
+            }
+        },
+    )
     saved = _agent_loop_registry.pop(va.AGENT_NAME)
     try:
         w = AgentLoopWorker(cfg, server)
@@ -284,17 +364,34 @@ def test_math_env_checkpoints_restore_in_the_loop(verl_config, server, worker):
     """trace/Math-v0 (persistent interpreter state) through the loop: restore continues it."""
     loop = _loop(verl_config, server, worker)
     task = gym.make("trace/Math-v0").unwrapped.task_ids[0]
-    first = _run(loop, va.trace_request("trace/Math-v0", task, env_seed=0), max_tokens=40)  # a per-turn cap
+    first = _run(
+        loop, va.trace_request("trace/Math-v0", task, env_seed=0), max_tokens=40
+    )  # a per-turn cap
     r = first.extra_fields["trace_gym_result"]
-    assert r["error"] is None and r["turns"] and all(t["end"] - t["start"] <= 40 for t in r["turns"])
+    assert (
+        r["error"] is None and r["turns"] and all(t["end"] - t["start"] <= 40 for t in r["turns"])
+    )
     if not r["checkpoints"]:
         pytest.fail(f"the episode ended after {len(r['turns'])} turn(s): {r}")
     cut = r["turns"][0]["obs_end"]
-    req = {"checkpoint": r["checkpoints"][0], "prompt_ids": first.prompt_ids, "turns": 1,
-           "response_ids": first.response_ids[:cut], "response_logprobs": first.response_logprobs[:cut]}  # fmt: skip
-    out = _run(loop, va.trace_request("trace/Math-v0", task, env_seed=9, anchor=1, restore=req), max_tokens=40)
+    req = {
+        "checkpoint": r["checkpoints"][0],
+        "prompt_ids": first.prompt_ids,
+        "turns": 1,
+        "response_ids": first.response_ids[:cut],
+        "response_logprobs": first.response_logprobs[:cut],
+    }
+    out = _run(
+        loop,
+        va.trace_request("trace/Math-v0", task, env_seed=9, anchor=1, restore=req),
+        max_tokens=40,
+    )
     res = out.extra_fields["trace_gym_result"]
-    assert res["error"] is None and res["prefix_turns"] == 1 and out.response_ids[:cut] == first.response_ids[:cut]
+    assert (
+        res["error"] is None
+        and res["prefix_turns"] == 1
+        and out.response_ids[:cut] == first.response_ids[:cut]
+    )
     env = gym.make("trace/Math-v0")
     trace_gym.restore(env, pickle.loads(r["checkpoints"][0]))
     env.unwrapped.np_random = np.random.Generator(np.random.PCG64(9))
@@ -311,8 +408,13 @@ def test_generate_ids_is_the_policy_sampler(server):
     conv = Conversation(ENV, TASK, prompt, (), seed=1234, reset_info=info)
     want = policy.generate([conv])[0]
     fmt = policy.chat.format(ENV)
-    ids, lps, reason = policy.generate_ids([policy.context(conv).ids], [1234], max_new_tokens=fmt.max_new_tokens,
-                                           stop=fmt.stop)[0]  # fmt: skip
+    ids, lps, reason = policy.generate_ids(
+        [policy.context(conv).ids], [1234], max_new_tokens=fmt.max_new_tokens, stop=fmt.stop
+    )[0]
     assert ids == want.token_ids and reason == want.finish_reason
     assert np.allclose(lps, want.logprobs, atol=1e-6)
-    assert policy.generate_ids([[1] * policy.max_context], [0], max_new_tokens=4)[0] == ([], [], "overflow")
+    assert policy.generate_ids([[1] * policy.max_context], [0], max_new_tokens=4)[0] == (
+        [],
+        [],
+        "overflow",
+    )

@@ -7,7 +7,6 @@ import pytest
 pytest.importorskip("vllm", reason="vllm is not installed here (see scripts/setup_vllm_venv.sh)")
 
 from trace_gym.agents import engines  # noqa: E402
-
 from trace_gym.bench import generate, replay_cost  # noqa: E402
 
 pytestmark = pytest.mark.vllm
@@ -22,8 +21,14 @@ def shared_engine(model_dir):
 
 
 def test_replay_cost_on_vllm_counts_what_the_prefix_cache_served(shared_engine, model_dir):
-    r = replay_cost.run(engines=("vllm",), envs=("trace/Sim-v0",), tasks=2, max_turns=3, max_new_tokens=8,
-                        model_dir=str(model_dir))
+    r = replay_cost.run(
+        engines=("vllm",),
+        envs=("trace/Sim-v0",),
+        tasks=2,
+        max_turns=3,
+        max_new_tokens=8,
+        model_dir=str(model_dir),
+    )
     table = r["replay_cost_by_depth"]["trace/Sim-v0"]["vllm"]
     assert table and all(row["replays"] >= 1 for row in table.values())
     # a replay resumes from its prefix's tokens, which the cache holds: it computes less than it is handed

@@ -7,7 +7,9 @@ import copy
 
 import pytest
 
-vllm = pytest.importorskip("vllm", reason="vllm is not installed here (see scripts/setup_vllm_venv.sh)")
+vllm = pytest.importorskip(
+    "vllm", reason="vllm is not installed here (see scripts/setup_vllm_venv.sh)"
+)
 torch = pytest.importorskip("torch")
 
 from trace_gym.agents.engines import vllm_engine, vllm_policy  # noqa: E402
@@ -25,7 +27,9 @@ T, TOP_P = 0.7, 0.9
 @pytest.fixture(scope="module")
 def llm(model_dir):
     # processed logprobs: log_softmax(logits / T), before top-p (see test_logprobs_match_hf)
-    return vllm_engine(model_dir, enable_lora=True, max_lora_rank=8, logprobs_mode="processed_logprobs")
+    return vllm_engine(
+        model_dir, enable_lora=True, max_lora_rank=8, logprobs_mode="processed_logprobs"
+    )
 
 
 @pytest.fixture
@@ -53,7 +57,9 @@ def hf_logprobs(model, ctx_ids, ids, temperature=T, top_p=1.0):
     with torch.no_grad():
         logits = model(input_ids=x).logits[0].float()
     n = len(ctx_ids)
-    logp = torch.log_softmax(logits[n - 1 : n - 1 + len(ids)] / temperature, dim=-1)  # [len(ids), V]
+    logp = torch.log_softmax(
+        logits[n - 1 : n - 1 + len(ids)] / temperature, dim=-1
+    )  # [len(ids), V]
     probs, order = torch.sort(logp.exp(), dim=-1, descending=True)
     keep = (probs.cumsum(-1) - probs) < top_p  # the nucleus, in sorted order
     mass = (probs * keep).sum(-1)  # [len(ids)]
@@ -110,9 +116,13 @@ def test_policy_through_the_runner_with_prefix_caching(policy):
     from trace_gym.runner import BranchingRunner, RunnerConfig
 
     tasks = list(gym.make("trace/Sim-v0").unwrapped.task_ids[:2])
-    runner = BranchingRunner(policy, lambda: gym.make("trace/Sim-v0"),
-                             alloc.make_allocator("treepo", m_max=4, group_size=2), None,
-                             RunnerConfig(root_budget=4, replays_per_root=1.0, seed=3))
+    runner = BranchingRunner(
+        policy,
+        lambda: gym.make("trace/Sim-v0"),
+        alloc.make_allocator("treepo", m_max=4, group_size=2),
+        None,
+        RunnerConfig(root_budget=4, replays_per_root=1.0, seed=3),
+    )
     policy.version = 5
     trees = runner.run_step(0, tasks).trees
     nodes = [n for t in trees for n in t.nodes[1:]]
@@ -161,8 +171,15 @@ def test_weight_push_changes_generation_and_matches_hf(policy, hf):
 def test_lora_adapter_push(policy, hf):
     peft = pytest.importorskip("peft")
     convs = _convs(n=3)
-    model = peft.get_peft_model(copy.deepcopy(hf.model), peft.LoraConfig(
-        r=8, lora_alpha=16, target_modules=["q_proj", "v_proj", "o_proj", "down_proj"], lora_dropout=0.0))
+    model = peft.get_peft_model(
+        copy.deepcopy(hf.model),
+        peft.LoraConfig(
+            r=8,
+            lora_alpha=16,
+            target_modules=["q_proj", "v_proj", "o_proj", "down_proj"],
+            lora_dropout=0.0,
+        ),
+    )
     g = torch.Generator().manual_seed(1)
     with torch.no_grad():  # a trained-looking adapter: B != 0
         for n, p in model.named_parameters():

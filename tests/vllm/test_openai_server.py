@@ -49,9 +49,25 @@ def server(model_dir, tmp_path_factory):
     port = _free_port()
     log = tmp_path_factory.mktemp("server") / "api_server.log"
     env = dict(os.environ, VLLM_ENABLE_V1_MULTIPROCESSING="0", VLLM_CPU_KVCACHE_SPACE="1")
-    cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir),
-           "--served-model-name", "tiny", "--host", "127.0.0.1", "--port", str(port), "--dtype", "float32",
-           "--max-model-len", "2048", "--enforce-eager", "--enable-prefix-caching"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        str(model_dir),
+        "--served-model-name",
+        "tiny",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--dtype",
+        "float32",
+        "--max-model-len",
+        "2048",
+        "--enforce-eager",
+        "--enable-prefix-caching",
+    ]
     with open(log, "w") as f:
         proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, env=env)
     url = f"http://127.0.0.1:{port}"
@@ -79,9 +95,20 @@ def test_openai_backend_against_the_vllm_api_server(server):
     convs = []
     for k in range(3):
         prompt, info = env.reset(seed=k, options={"task": k})
-        convs.append(Conversation("trace/Math-v0", str(k), prompt, (), seed=k, reset_info=dict(info)))
-    policy = OpenAIPolicy(OpenAIConfig(base_url=server + "/v1", model="tiny", temperature=0.7, top_p=0.9,
-                                       max_tokens=24, logprobs=True, timeout_s=120))
+        convs.append(
+            Conversation("trace/Math-v0", str(k), prompt, (), seed=k, reset_info=dict(info))
+        )
+    policy = OpenAIPolicy(
+        OpenAIConfig(
+            base_url=server + "/v1",
+            model="tiny",
+            temperature=0.7,
+            top_p=0.9,
+            max_tokens=24,
+            logprobs=True,
+            timeout_s=120,
+        )
+    )
     outs = policy.generate(convs)
     assert all(o.error is None for o in outs), [o.error for o in outs]
     assert all(o.text for o in outs)

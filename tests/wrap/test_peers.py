@@ -37,7 +37,9 @@ def test_gem_replay_restores_a_mid_episode_state():
     base.step("\\boxed{12}")
     ck = base.checkpoint()
     want = base.step("\\boxed{9}")
-    fresh = gym.make("trace/Wrapped-v0", env="gem:game:GuessTheNumber-v0-easy", num_tasks=20).unwrapped
+    fresh = gym.make(
+        "trace/Wrapped-v0", env="gem:game:GuessTheNumber-v0-easy", num_tasks=20
+    ).unwrapped
     fresh.restore(pickle.loads(pickle.dumps(ck)))
     assert replay_cost(fresh) == 2
     assert fresh.step("\\boxed{9}") == want
@@ -51,8 +53,12 @@ def test_gem_native_state_path_on_its_reasoning_gym_env():
 
 
 def test_reasoning_gym_dataset_graded_reward():
-    env = gym.make("trace/Wrapped-v0", env="reasoning_gym:basic_arithmetic",
-                   env_kwargs={"size": 20, "seed": 3}, num_tasks=20)
+    env = gym.make(
+        "trace/Wrapped-v0",
+        env="reasoning_gym:basic_arithmetic",
+        env_kwargs={"size": 20, "seed": 3},
+        num_tasks=20,
+    )
     check_checkpoint(env)
     base = env.unwrapped
     prompt, info = base.reset(options={"task": 4})
@@ -64,21 +70,42 @@ def test_reasoning_gym_dataset_graded_reward():
     assert base.step("\\boxed{not a number}")[1] == 0.0
 
 
-
 def test_bench_alloc_runs_on_a_wrapped_peer_env(tmp_path):
     """`bench alloc --env trace/Wrapped-v0 --policy scripted` on reasoning-gym (graded rewards)."""
     import json
 
     from trace_gym.bench.alloc import main
 
-    kwargs = {"env": "reasoning_gym:basic_arithmetic", "env_kwargs": {"size": 200}, "num_tasks": 200}
-    argv = ["--env", "trace/Wrapped-v0", "--policy", "scripted", "--env-kwargs", json.dumps(kwargs),
-            "--steps", "2", "--roots", "32", "--replays", "1", "--policies", "trace,grpo",
-            "--no-progress", "--json", str(tmp_path / "s.json")]
+    kwargs = {
+        "env": "reasoning_gym:basic_arithmetic",
+        "env_kwargs": {"size": 200},
+        "num_tasks": 200,
+    }
+    argv = [
+        "--env",
+        "trace/Wrapped-v0",
+        "--policy",
+        "scripted",
+        "--env-kwargs",
+        json.dumps(kwargs),
+        "--steps",
+        "2",
+        "--roots",
+        "32",
+        "--replays",
+        "1",
+        "--policies",
+        "trace,grpo",
+        "--no-progress",
+        "--json",
+        str(tmp_path / "s.json"),
+    ]
     assert main(argv) == 0
     d = json.loads((tmp_path / "s.json").read_text())
     # the scripted answers are right half the time; wrong ones score partial credit
     # (often > 0.5), so groups are mixed on raw rewards and, at the wrapped env's
     # exact-success threshold, hold success/failure pairs
-    assert d["policies"]["grpo"]["mixed_groups"] > 0 and d["policies"]["grpo"]["contrastive_pairs"] > 0
+    assert (
+        d["policies"]["grpo"]["mixed_groups"] > 0 and d["policies"]["grpo"]["contrastive_pairs"] > 0
+    )
     assert d["policies"]["trace"]["failed_branches"] == 0

@@ -33,7 +33,13 @@ class CounterGame:
         self.value += {"inc": 1, "dec": -1}.get(action.strip(), 0)
         noise = int(self.rng.integers(100))
         done = self.value == self.goal
-        return f"value={self.value} noise={noise}", float(done), done, self.t >= self.max_turns, {"t": self.t}
+        return (
+            f"value={self.value} noise={noise}",
+            float(done),
+            done,
+            self.t >= self.max_turns,
+            {"t": self.t},
+        )
 
     def example_action(self, rng):
         return "inc" if rng.random() < 0.7 else "dec"
@@ -77,7 +83,10 @@ def _play(env, n, rng):
 @pytest.mark.parametrize("restore", ["replay", "copy"])
 def test_user_env_passes_check_checkpoint(restore):
     env = trace_gym.wrap(CounterGame, restore=restore, num_tasks=5, max_turns=6)
-    report = check_checkpoint(env, make_fresh=lambda: trace_gym.wrap(CounterGame, restore=restore, num_tasks=5, max_turns=6))
+    report = check_checkpoint(
+        env,
+        make_fresh=lambda: trace_gym.wrap(CounterGame, restore=restore, num_tasks=5, max_turns=6),
+    )
     assert report["turns"] >= 2 and len(report["checkpoints"]) >= 2
 
 
@@ -126,8 +135,12 @@ def test_non_deterministic_env_fails_naming_the_step():
     with pytest.raises(CheckpointError, match=r"replay diverged at step 3 \('dec'\)"):
         trace_gym.wrap(LeakyGame, num_tasks=2, max_turns=20).restore(ck)
     with pytest.raises((CheckpointError, CheckpointContractError), match=r"step [23]"):
-        check_checkpoint(env, make_fresh=lambda: trace_gym.wrap(LeakyGame, num_tasks=2, max_turns=20),
-                         action_fn=lambda e, rng: "dec", max_steps=6)
+        check_checkpoint(
+            env,
+            make_fresh=lambda: trace_gym.wrap(LeakyGame, num_tasks=2, max_turns=20),
+            action_fn=lambda e, rng: "dec",
+            max_steps=6,
+        )
 
 
 def test_global_random_is_owned_by_the_env():
@@ -151,7 +164,9 @@ def test_global_random_is_owned_by_the_env():
     random.random()  # the caller uses the global generator in between
     env.restore(ck)
     assert [env.step("a")[0] for _ in range(3)] == want
-    check_checkpoint(env, make_fresh=lambda: trace_gym.wrap(GlobalRandomGame, num_tasks=2, max_turns=10))
+    check_checkpoint(
+        env, make_fresh=lambda: trace_gym.wrap(GlobalRandomGame, num_tasks=2, max_turns=10)
+    )
 
 
 def test_inner_truncation_ends_the_episode():
@@ -163,7 +178,9 @@ def test_inner_truncation_ends_the_episode():
 
 
 def test_registered_id_with_a_module_spec():
-    env = gym.make("trace/Wrapped-v0", env="trace_gym.testing:CountdownEnv", env_kwargs={"num_tasks": 4})
+    env = gym.make(
+        "trace/Wrapped-v0", env="trace_gym.testing:CountdownEnv", env_kwargs={"num_tasks": 4}
+    )
     assert isinstance(env.unwrapped, WrappedEnv)
     check_checkpoint(env)
 
@@ -188,8 +205,10 @@ def test_checkpoint_from_another_spec_is_refused():
 
 
 def test_core_import_pulls_no_peer_package():
-    code = ("import sys, trace_gym, gymnasium as gym; gym.make('trace/Wrapped-v0').reset(seed=0); "
-            "bad = [m for m in ('gem', 'reasoning_gym') if m in sys.modules]; assert not bad, bad")
+    code = (
+        "import sys, trace_gym, gymnasium as gym; gym.make('trace/Wrapped-v0').reset(seed=0); "
+        "bad = [m for m in ('gem', 'reasoning_gym') if m in sys.modules]; assert not bad, bad"
+    )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
 
 

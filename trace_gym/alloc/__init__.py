@@ -106,7 +106,11 @@ ALLOCATORS: dict[str, type] = {
 
 def _keywords(cls: type) -> set[str]:
     params = inspect.signature(cls.__init__).parameters.values()
-    return {p.name for p in params if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD) and p.name != "self"}
+    return {
+        p.name
+        for p in params
+        if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD) and p.name != "self"
+    }
 
 
 def make_allocator(name: str, **kwargs: Any) -> Allocator:
@@ -123,7 +127,9 @@ def make_allocator(name: str, **kwargs: Any) -> Allocator:
     known = set().union(*(_keywords(c) for c in ALLOCATORS.values()))
     typos = sorted(set(kwargs) - known)
     if typos:
-        raise ConfigError(f"allocator option(s) {typos} are not known to any policy; known: {sorted(known)}")
+        raise ConfigError(
+            f"allocator option(s) {typos} are not known to any policy; known: {sorted(known)}"
+        )
     ignored = sorted(set(kwargs) - own)
     if ignored:
         logger.debug("allocator %r ignores %s", name, ignored)

@@ -34,6 +34,18 @@ def _lookup(values, node: Node) -> float | None:
     return values.get(node.id, node.value)
 
 
+def _prefix_value(
+    values: Mapping[int, float] | Callable[[Node], float] | None, node: Node, tree: RolloutTree
+) -> float:
+    value = _lookup(values, node)
+    if value is None:
+        raise AllocationError(
+            f"prefix node {node.id} of tree {tree.prompt_id!r} has no predicted value; "
+            "score it first (set node.value) or pass values={node_id: value}"
+        )
+    return float(value)
+
+
 def prefix_candidates(
     tree: RolloutTree,
     leaf_ids: Sequence[int] | None = None,
@@ -64,7 +76,9 @@ def prefix_candidates(
     seen: set[int] = set()
     for rollout, leaf in enumerate(leaves):
         if not leaf.is_leaf or leaf.id == 0:
-            raise AllocationError(f"node {leaf.id} of tree {tree.prompt_id!r} is not a finished rollout (a leaf)")
+            raise AllocationError(
+                f"node {leaf.id} of tree {tree.prompt_id!r} is not a finished rollout (a leaf)"
+            )
         if leaf.reward is None:  # failed branch: no outcome to contrast against
             continue
         path = tree.path(leaf.id)
@@ -74,19 +88,14 @@ def prefix_candidates(
             if node.id in seen:
                 continue
             seen.add(node.id)
-            value = _lookup(values, node)
-            if value is None:
-                raise AllocationError(
-                    f"prefix node {node.id} of tree {tree.prompt_id!r} has no predicted value; "
-                    "score it first (set node.value) or pass values={node_id: value}"
-                )
+            value = _prefix_value(values, node, tree)
             out.append(
                 PrefixCandidate(
                     rollout=rollout,
                     node=node.id,
                     depth=node.depth,
                     reward=reward,
-                    value=float(value),
+                    value=value,
                     cost=_cost_of(cost, node.depth, turns),
                     true_value=node.true_value,
                     rollout_turns=turns,

@@ -58,7 +58,9 @@ class MeasuredCost:
 def _counts(counts, n: int) -> np.ndarray:
     c = np.asarray(counts)
     if c.shape != (n,) or not np.issubdtype(c.dtype, np.integer) or (c < 0).any():
-        raise AllocationError(f"need {n} non-negative integer counts (one per record); got {c!r:.80}")
+        raise AllocationError(
+            f"need {n} non-negative integer counts (one per record); got {c!r:.80}"
+        )
     return c
 
 
@@ -82,7 +84,9 @@ def expected_flips(prefixes: Sequence[PrefixCandidate], counts) -> ExpectedGain:
     predicted = float(prefix_value([_repeat(p.value, p.reward) for p in prefixes], c).sum())
     if any(p.true_value is None for p in prefixes):
         return ExpectedGain(predicted, None)
-    return ExpectedGain(predicted, float(prefix_value([_repeat(p.true_value, p.reward) for p in prefixes], c).sum()))
+    return ExpectedGain(
+        predicted, float(prefix_value([_repeat(p.true_value, p.reward) for p in prefixes], c).sum())
+    )
 
 
 def accounted_cost(root_counts, replay_counts=(), replay_cost: float = 0.5) -> float:
@@ -94,7 +98,11 @@ def accounted_cost(root_counts, replay_counts=(), replay_cost: float = 0.5) -> f
     if not replay_cost >= 0:
         raise AllocationError(f"replay_cost must be >= 0; got {replay_cost}")
     roots = int(np.sum(root_counts)) if np.ndim(root_counts) else _as_int(root_counts, "root count")
-    replays = int(np.sum(replay_counts)) if np.ndim(replay_counts) else _as_int(replay_counts, "replay count")
+    replays = (
+        int(np.sum(replay_counts))
+        if np.ndim(replay_counts)
+        else _as_int(replay_counts, "replay count")
+    )
     return Budget(roots, replays, replay_cost).accounted()
 
 

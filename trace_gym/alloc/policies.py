@@ -57,7 +57,9 @@ __all__ = [
 def _check_pool(n: int, budget, what: str = "root") -> int:
     budget = _as_int(budget, f"{what} budget")
     if n == 0 and budget > 0:
-        raise AllocationError(f"cannot spend a {what} budget of {budget} on an empty pool; pass candidates")
+        raise AllocationError(
+            f"cannot spend a {what} budget of {budget} on an empty pool; pass candidates"
+        )
     return budget
 
 
@@ -76,8 +78,9 @@ def random_prefixes(num: int, budget: int, rng: np.random.Generator) -> np.ndarr
     return np.bincount(rng.integers(num, size=budget), minlength=num).astype(np.int64)
 
 
-def _prefix_split(prefixes: Sequence[PrefixCandidate], budget: float, *, use_true: bool,
-                  cost_aware: bool) -> np.ndarray:
+def _prefix_split(
+    prefixes: Sequence[PrefixCandidate], budget: float, *, use_true: bool, cost_aware: bool
+) -> np.ndarray:
     """TRACE's prefix rule on predicted (or true) values; per-prefix costs when cost-aware."""
     if not prefixes:
         return np.zeros(0, dtype=np.int64)
@@ -108,16 +111,21 @@ class FlatAllocator:
         if m_max < 2:
             raise ConfigError(f"m_max must be >= 2 (a kept prompt needs 2 rollouts); got {m_max}")
         if group_size < 2:
-            raise ConfigError(f"group_size must be >= 2 (a group of one has no contrast); got {group_size}")
+            raise ConfigError(
+                f"group_size must be >= 2 (a group of one has no contrast); got {group_size}"
+            )
         self.m_max = int(m_max)
         self.group_size = int(group_size)
 
-    def allocate_roots(self, candidates: Sequence[Candidate], budget: int, rng: np.random.Generator) -> np.ndarray:
+    def allocate_roots(
+        self, candidates: Sequence[Candidate], budget: int, rng: np.random.Generator
+    ) -> np.ndarray:
         budget = _check_pool(len(candidates), budget)
         return uniform_roots(len(candidates), budget, self.group_size, rng)
 
-    def allocate_prefixes(self, prefixes: Sequence[PrefixCandidate], budget: int,
-                          rng: np.random.Generator) -> np.ndarray:
+    def allocate_prefixes(
+        self, prefixes: Sequence[PrefixCandidate], budget: int, rng: np.random.Generator
+    ) -> np.ndarray:
         return np.zeros(len(prefixes), dtype=np.int64)
 
     def __repr__(self) -> str:
@@ -146,13 +154,21 @@ class TraceAllocator(FlatAllocator):
     use_true_roots: ClassVar[bool] = False
     use_true_prefixes: ClassVar[bool] = False
 
-    def __init__(self, *, m_max: int = 16, group_size: int = 8, exact_budget: bool = True,
-                 cost_aware: bool = False):
+    def __init__(
+        self,
+        *,
+        m_max: int = 16,
+        group_size: int = 8,
+        exact_budget: bool = True,
+        cost_aware: bool = False,
+    ):
         super().__init__(m_max=m_max, group_size=group_size)
         self.exact_budget = bool(exact_budget)
         self.cost_aware = bool(cost_aware)
 
-    def allocate_roots(self, candidates: Sequence[Candidate], budget: int, rng: np.random.Generator) -> np.ndarray:
+    def allocate_roots(
+        self, candidates: Sequence[Candidate], budget: int, rng: np.random.Generator
+    ) -> np.ndarray:
         budget = _check_pool(len(candidates), budget)
         if not candidates:
             return np.zeros(0, dtype=np.int64)
@@ -162,9 +178,12 @@ class TraceAllocator(FlatAllocator):
             return solve_roots_costed(values, costs, float(budget), self.m_max).counts
         return solve_roots(values, budget, self.m_max, exact_budget=self.exact_budget).counts
 
-    def allocate_prefixes(self, prefixes: Sequence[PrefixCandidate], budget: float,
-                          rng: np.random.Generator) -> np.ndarray:
-        return _prefix_split(prefixes, budget, use_true=self.use_true_prefixes, cost_aware=self.cost_aware)
+    def allocate_prefixes(
+        self, prefixes: Sequence[PrefixCandidate], budget: float, rng: np.random.Generator
+    ) -> np.ndarray:
+        return _prefix_split(
+            prefixes, budget, use_true=self.use_true_prefixes, cost_aware=self.cost_aware
+        )
 
 
 class OracleAllocator(TraceAllocator):
@@ -184,8 +203,9 @@ class TraceRootsRandomPrefixes(TraceAllocator):
 
     name: ClassVar[str] = "trace_roots_random_prefixes"
 
-    def allocate_prefixes(self, prefixes: Sequence[PrefixCandidate], budget: int,
-                          rng: np.random.Generator) -> np.ndarray:
+    def allocate_prefixes(
+        self, prefixes: Sequence[PrefixCandidate], budget: int, rng: np.random.Generator
+    ) -> np.ndarray:
         return random_prefixes(len(prefixes), _as_int(budget, "prefix budget"), rng)
 
 
@@ -194,7 +214,9 @@ class UniformRootsTracePrefixes(TraceAllocator):
 
     name: ClassVar[str] = "uniform_roots_trace_prefixes"
 
-    def allocate_roots(self, candidates: Sequence[Candidate], budget: int, rng: np.random.Generator) -> np.ndarray:
+    def allocate_roots(
+        self, candidates: Sequence[Candidate], budget: int, rng: np.random.Generator
+    ) -> np.ndarray:
         budget = _check_pool(len(candidates), budget)
         return uniform_roots(len(candidates), budget, self.group_size, rng)
 
@@ -210,8 +232,9 @@ class TreePOAllocator(FlatAllocator):
     name: ClassVar[str] = "treepo"
     branching: ClassVar[bool] = True
 
-    def allocate_prefixes(self, prefixes: Sequence[PrefixCandidate], budget: int,
-                          rng: np.random.Generator) -> np.ndarray:
+    def allocate_prefixes(
+        self, prefixes: Sequence[PrefixCandidate], budget: int, rng: np.random.Generator
+    ) -> np.ndarray:
         return random_prefixes(len(prefixes), _as_int(budget, "prefix budget"), rng)
 
 
@@ -241,7 +264,9 @@ class PCLAllocator(FlatAllocator):
             raise ConfigError(f"pool_factor (k of the k*m pool) must be >= 1; got {pool_factor}")
         self.pool_factor = int(pool_factor)
 
-    def allocate_roots(self, candidates: Sequence[Candidate], budget: int, rng: np.random.Generator) -> np.ndarray:
+    def allocate_roots(
+        self, candidates: Sequence[Candidate], budget: int, rng: np.random.Generator
+    ) -> np.ndarray:
         budget = _check_pool(len(candidates), budget)
         n = len(candidates)
         want = min(n, budget // self.group_size)
@@ -267,11 +292,26 @@ class GRESOAllocator(FlatAllocator):
 
     name: ClassVar[str] = "greso"
 
-    def __init__(self, *, m_max: int = 16, group_size: int = 8, p_easy: float = 0.5, p_hard: float = 0.5,
-                 target_easy: float = 0.125, target_hard: float = 0.125, step: float = 0.01, p_min: float = 0.01):
+    def __init__(
+        self,
+        *,
+        m_max: int = 16,
+        group_size: int = 8,
+        p_easy: float = 0.5,
+        p_hard: float = 0.5,
+        target_easy: float = 0.125,
+        target_hard: float = 0.125,
+        step: float = 0.01,
+        p_min: float = 0.01,
+    ):
         super().__init__(m_max=m_max, group_size=group_size)
-        for key, val in dict(p_easy=p_easy, p_hard=p_hard, target_easy=target_easy, target_hard=target_hard,
-                             p_min=p_min).items():
+        for key, val in dict(
+            p_easy=p_easy,
+            p_hard=p_hard,
+            target_easy=target_easy,
+            target_hard=target_hard,
+            p_min=p_min,
+        ).items():
             if not 0.0 <= val <= 1.0:
                 raise ConfigError(f"{key} must be a probability in [0, 1]; got {val}")
         self.p_easy, self.p_hard = float(p_easy), float(p_hard)
@@ -301,7 +341,9 @@ class GRESOAllocator(FlatAllocator):
             return max(self.p_hard**h.all_failure_streak, self.p_min)
         return 1.0
 
-    def allocate_roots(self, candidates: Sequence[Candidate], budget: int, rng: np.random.Generator) -> np.ndarray:
+    def allocate_roots(
+        self, candidates: Sequence[Candidate], budget: int, rng: np.random.Generator
+    ) -> np.ndarray:
         budget = _check_pool(len(candidates), budget)
         self._adapt(candidates)
         n = len(candidates)
@@ -332,7 +374,9 @@ class KnapsackAllocator(FlatAllocator):
         last = candidate.history.last_mean
         return candidate.value if last is None else last
 
-    def allocate_roots(self, candidates: Sequence[Candidate], budget: int, rng: np.random.Generator) -> np.ndarray:
+    def allocate_roots(
+        self, candidates: Sequence[Candidate], budget: int, rng: np.random.Generator
+    ) -> np.ndarray:
         budget = _check_pool(len(candidates), budget)
         n = len(candidates)
         counts = np.zeros(n, dtype=np.int64)
@@ -346,7 +390,9 @@ class KnapsackAllocator(FlatAllocator):
         counts[chosen] = 2
         rest = budget - 2 * chosen.size
         if rest and self.m_max > 2:
-            gains = weight[chosen, None] * _increments(p[chosen], self.m_max)[:, 2:]  # steps 3..m_max
+            gains = (
+                weight[chosen, None] * _increments(p[chosen], self.m_max)[:, 2:]
+            )  # steps 3..m_max
             flat = gains.ravel()
             top = np.argsort(-flat, kind="stable")[:rest]  # concave rows: top gains form prefixes
             counts[chosen] += np.bincount(top // gains.shape[1], minlength=chosen.size)

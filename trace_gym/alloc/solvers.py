@@ -99,9 +99,13 @@ def _as_values(values, what: str = "values") -> np.ndarray:
     except (TypeError, ValueError) as e:
         raise AllocationError(f"{what} must be numbers in [0, 1]; got {values!r:.80}") from e
     if v.ndim != 1:
-        raise AllocationError(f"{what} must be a flat sequence (one per candidate); got shape {v.shape}")
+        raise AllocationError(
+            f"{what} must be a flat sequence (one per candidate); got shape {v.shape}"
+        )
     if v.size == 0:
-        raise AllocationError(f"{what} is empty: there is nothing to allocate to; pass at least one candidate")
+        raise AllocationError(
+            f"{what} is empty: there is nothing to allocate to; pass at least one candidate"
+        )
     bad = np.flatnonzero(~np.isfinite(v))
     if bad.size:
         raise AllocationError(
@@ -149,7 +153,9 @@ def _as_int(x, what: str) -> int:
 def _check_m_max(m_max) -> int:
     m_max = _as_int(m_max, "m_max")
     if m_max < 2:
-        raise AllocationError(f"m_max must be >= 2 (a kept prompt needs at least 2 rollouts); got {m_max}")
+        raise AllocationError(
+            f"m_max must be >= 2 (a kept prompt needs at least 2 rollouts); got {m_max}"
+        )
     return m_max
 
 
@@ -232,7 +238,9 @@ def _repair(inc: np.ndarray, g: np.ndarray, m_max: int) -> tuple[np.ndarray, flo
         best = (float(gain[i]), 1, i, -1)
 
     closed, above_two = g == 0, g >= 3
-    if closed.any() and above_two.any():  # move 2: open at 2, take a unit back from a prompt at >= 3
+    if (
+        closed.any() and above_two.any()
+    ):  # move 2: open at 2, take a unit back from a prompt at >= 3
         i = int(np.argmax(np.where(closed, inc[:, 0], -np.inf)))
         loss = np.where(above_two, inc[rows, np.maximum(g - 1, 0)], np.inf)
         j = int(np.argmin(loss))
@@ -251,7 +259,9 @@ def _repair(inc: np.ndarray, g: np.ndarray, m_max: int) -> tuple[np.ndarray, flo
     return out, gain
 
 
-def solve_roots(values: Sequence[float], budget: int, m_max: int = 16, exact_budget: bool = True) -> RootSolution:
+def solve_roots(
+    values: Sequence[float], budget: int, m_max: int = 16, exact_budget: bool = True
+) -> RootSolution:
     """Fast exact root allocation (see the module docstring for why it is exact).
 
     `exact_budget=False` allows sum m_i <= budget (then any budget >= 0 is accepted and
@@ -312,7 +322,11 @@ def solve_roots_reference(
 
 
 def solve_roots_costed(
-    values: Sequence[float], costs: Sequence[float], budget: float, m_max: int = 16, resolution: int = 8
+    values: Sequence[float],
+    costs: Sequence[float],
+    budget: float,
+    m_max: int = 16,
+    resolution: int = 8,
 ) -> RootSolution:
     """The root problem when prompts' rollouts cost differently (a multi-env mixture).
 
@@ -328,10 +342,14 @@ def solve_roots_costed(
     except (TypeError, ValueError) as e:
         raise AllocationError(f"root costs must be positive numbers; got {costs!r:.80}") from e
     if c.shape != v.shape or not np.all(np.isfinite(c)) or np.any(c <= 0):
-        raise AllocationError(f"need one finite cost > 0 per prompt: got {c.shape} costs for {v.shape} values")
+        raise AllocationError(
+            f"need one finite cost > 0 per prompt: got {c.shape} costs for {v.shape} values"
+        )
     m_max = _check_m_max(m_max)
     if not np.isfinite(budget) or budget < 0 or resolution < 1:
-        raise AllocationError(f"root budget must be finite and >= 0 (got {budget}) and resolution >= 1")
+        raise AllocationError(
+            f"root budget must be finite and >= 0 (got {budget}) and resolution >= 1"
+        )
     units = int(np.floor(budget * resolution + 1e-9))
     ms = np.array([0, *range(2, m_max + 1)])
     dp = np.full(units + 1, -np.inf)
@@ -345,7 +363,7 @@ def solve_roots_costed(
             if w[k] > units:
                 break
             cand = np.full(units + 1, -np.inf)
-            cand[w[k]:] = dp[: units + 1 - w[k]] + gain[k]
+            cand[w[k] :] = dp[: units + 1 - w[k]] + gain[k]
             better = cand > best
             best[better], arg[better] = cand[better], k
         dp, choice[i] = best, arg
@@ -364,11 +382,15 @@ def _repeat_probability(values, rewards) -> np.ndarray:
     try:
         r = np.asarray(rewards, dtype=float)
     except (TypeError, ValueError) as e:
-        raise AllocationError(f"prefix rewards must be numbers in [0, 1]; got {rewards!r:.80}") from e
+        raise AllocationError(
+            f"prefix rewards must be numbers in [0, 1]; got {rewards!r:.80}"
+        ) from e
     if r.shape != v.shape:
         raise AllocationError(f"need one reward per prefix: {r.shape} rewards for {v.shape} values")
     if not np.all(np.isfinite(r)) or np.any((r < 0) | (r > 1)):
-        raise AllocationError("prefix rewards must be finite and in [0, 1] (pass the 0/1 success of the rollout)")
+        raise AllocationError(
+            "prefix rewards must be finite and in [0, 1] (pass the 0/1 success of the rollout)"
+        )
     return r * v + (1.0 - r) * (1.0 - v)
 
 
@@ -418,9 +440,13 @@ def _knapsack_split(q: np.ndarray, costs, budget: float, resolution: int) -> np.
     if c.shape != q.shape:
         raise AllocationError(f"need one cost per prefix: {c.shape} costs for {q.shape} values")
     if not np.all(np.isfinite(c)) or np.any(c <= 0):
-        raise AllocationError("prefix costs must be finite and > 0 (cost of one replay, e.g. turns left / turns)")
+        raise AllocationError(
+            "prefix costs must be finite and > 0 (cost of one replay, e.g. turns left / turns)"
+        )
     if resolution < 1:
-        raise AllocationError(f"resolution must be >= 1 integer unit per unit of cost; got {resolution}")
+        raise AllocationError(
+            f"resolution must be >= 1 integer unit per unit of cost; got {resolution}"
+        )
     cells = q.size * (math.floor(budget * resolution + 1e-9) + 1)
     if cells > MAX_KNAPSACK_CELLS:
         warnings.warn(
@@ -431,7 +457,9 @@ def _knapsack_split(q: np.ndarray, costs, budget: float, resolution: int) -> np.
             stacklevel=3,
         )
         return _greedy_cost_split(q, c, budget)
-    w = np.maximum(1, np.ceil(c * resolution - 1e-9)).astype(np.int64)  # rounded up: never overspend
+    w = np.maximum(1, np.ceil(c * resolution - 1e-9)).astype(
+        np.int64
+    )  # rounded up: never overspend
     cap = int(math.floor(budget * resolution + 1e-9))
     dp = np.zeros(cap + 1)  # dp[c] = best objective within capacity c (sum <= c)
     choice = np.zeros((q.size, cap + 1), dtype=np.int64)

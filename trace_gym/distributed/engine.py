@@ -102,7 +102,9 @@ class Latency:
 
     def __post_init__(self) -> None:
         if self.mean_s < 0 or self.sigma < 0:
-            raise ConfigError(f"latency mean and sigma must be >= 0, got {self.mean_s}, {self.sigma}")
+            raise ConfigError(
+                f"latency mean and sigma must be >= 0, got {self.mean_s}, {self.sigma}"
+            )
 
     def of(self, conv: Conversation) -> float:
         if self.mean_s == 0:
@@ -136,7 +138,12 @@ class Engine:
         if isinstance(policy, bytes):  # an actor: this process hosts the engine
             _CURRENT_ENGINE = int(index)
             policy = loads(policy)
-        self.index, self.batching, self.slots, self.max_batch = int(index), batching, slots, max_batch
+        self.index, self.batching, self.slots, self.max_batch = (
+            int(index),
+            batching,
+            slots,
+            max_batch,
+        )
         self.latency = latency or Latency()
         self.policy = policy.build() if isinstance(policy, WorkerPolicy) else policy
         self.version: Any = policy_version(self.policy)
@@ -170,8 +177,14 @@ class Engine:
         return self.version
 
     def stats(self) -> dict[str, Any]:
-        return {"index": self.index, "busy_s": self.busy_s, "requests": self.requests,
-                "conversations": self.conversations, "capacity": self.capacity, "version": self.version}  # fmt: skip
+        return {
+            "index": self.index,
+            "busy_s": self.busy_s,
+            "requests": self.requests,
+            "conversations": self.conversations,
+            "capacity": self.capacity,
+            "version": self.version,
+        }
 
     def generate(self, conversations: bytes | Sequence[Conversation]) -> Any:
         """Answer one request: (engine version, outputs); pickled when the request was."""
@@ -323,7 +336,9 @@ class EngineClient:
     def _send(self, conv: Conversation, fut: Future) -> None:
         picked = self._pick()
         if picked is None:
-            fut.set_exception(EngineUnavailable(f"every engine of {sorted(self._outstanding)} is gone"))
+            fut.set_exception(
+                EngineUnavailable(f"every engine of {sorted(self._outstanding)} is gone")
+            )
             return
         index, handle = picked
         ref = handle.generate.remote(dumps([conv]))
@@ -350,8 +365,12 @@ class EngineClient:
             fut.set_exception(e)
             return
         if version != self.version:
-            fut.set_exception(PolicyError(f"engine {index} answered with policy version {version!r}, "
-                                          f"this step's is {self.version!r}"))  # fmt: skip
+            fut.set_exception(
+                PolicyError(
+                    f"engine {index} answered with policy version {version!r}, "
+                    f"this step's is {self.version!r}"
+                )
+            )
         else:
             fut.set_result(_check(outs, 1)[0])
 
@@ -372,8 +391,18 @@ class EnginePool:
     ``apply(engine_policy, weights)``.
     """
 
-    def __init__(self, ray: Any, policy: Any, n: int, *, cpus: float = 1.0, gpus: float = 0.0,
-                 export: str | None = None, apply: str | None = None, **engine_kw: Any):  # fmt: skip
+    def __init__(
+        self,
+        ray: Any,
+        policy: Any,
+        n: int,
+        *,
+        cpus: float = 1.0,
+        gpus: float = 0.0,
+        export: str | None = None,
+        apply: str | None = None,
+        **engine_kw: Any,
+    ):
         if n < 1:
             raise ConfigError(f"num_engines must be >= 1, got {n}")
         self.ray, self.n, self.engine_kw = ray, n, engine_kw

@@ -147,10 +147,16 @@ class RayConfig:
 
     def engine_kwargs(self) -> dict[str, Any]:
         """`EnginePool` keyword arguments of these settings."""
-        return dict(cpus=self.engine_cpus, gpus=self.engine_gpus, export=self.engine_export,
-                    apply=self.engine_apply, batching=self.engine_batching, slots=self.engine_slots,
-                    max_batch=self.engine_max_batch,
-                    latency=Latency(self.engine_latency_s, self.engine_latency_sigma))  # fmt: skip
+        return dict(
+            cpus=self.engine_cpus,
+            gpus=self.engine_gpus,
+            export=self.engine_export,
+            apply=self.engine_apply,
+            batching=self.engine_batching,
+            slots=self.engine_slots,
+            max_batch=self.engine_max_batch,
+            latency=Latency(self.engine_latency_s, self.engine_latency_sigma),
+        )
 
 
 @dataclass
@@ -166,7 +172,9 @@ class DistributedStepReport(StepReport):
     #: one entry per lost worker call: {"worker", "error", "prompts"}
     worker_failures: list[dict[str, Any]] = field(default_factory=list)
     #: wall time per bucket summed over the workers' successful shards
-    worker_time_s: dict[str, float] = field(default_factory=lambda: dict.fromkeys(TIME_BUCKETS, 0.0))
+    worker_time_s: dict[str, float] = field(
+        default_factory=lambda: dict.fromkeys(TIME_BUCKETS, 0.0)
+    )
     #: live engine actors at the start of the step (0: no engine pool)
     engines: int = 0
     #: engine requests re-sent to another engine because theirs died
@@ -177,12 +185,24 @@ class DistributedStepReport(StepReport):
 
 #: StepReport fields the driver sets itself (never summed over workers)
 _DRIVER_FIELDS = frozenset(
-    {"step", "candidates", "selected", "roots", "replay_budget", "replay_cost",
-     "accounted_cost", "wall_s", "env_instances", "largest_batch"}
-)  # fmt: skip
+    {
+        "step",
+        "candidates",
+        "selected",
+        "roots",
+        "replay_budget",
+        "replay_cost",
+        "accounted_cost",
+        "wall_s",
+        "env_instances",
+        "largest_batch",
+    }
+)
 
 
-def shard_works(works: Sequence[PromptWork], n: int, replay_cost: float = 0.5) -> list[list[PromptWork]]:
+def shard_works(
+    works: Sequence[PromptWork], n: int, replay_cost: float = 0.5
+) -> list[list[PromptWork]]:
     """Split prompts over `n` workers, balancing accounted cost (deterministic).
 
     Longest-first greedy: each prompt (heaviest first, ties by candidate order) goes to
@@ -233,8 +253,11 @@ class RayRunner(BranchingRunner):
             if rc.address == "local":
                 # Ray's CPUs are a scheduling count: never fewer than the workers reserve
                 need = math.ceil(rc.num_workers * rc.worker_cpus + rc.num_engines * rc.engine_cpus)
-                kw = dict(include_dashboard=False, log_to_driver=False,
-                          num_cpus=rc.num_cpus or max(os.cpu_count() or 1, need))  # fmt: skip
+                kw = dict(
+                    include_dashboard=False,
+                    log_to_driver=False,
+                    num_cpus=rc.num_cpus or max(os.cpu_count() or 1, need),
+                )
                 self.ray.init(**{**kw, **rc.init_kwargs})
             else:
                 self.ray.init(address=rc.address, **rc.init_kwargs)
@@ -304,7 +327,9 @@ class RayRunner(BranchingRunner):
     # `BranchingRunner.run_step` scores and allocates here; only the rollout stage
     # (`_run_works`) runs on the workers, and the predictor is updated here afterwards.
     def _new_report(self, step: int, candidates: int) -> DistributedStepReport:
-        return DistributedStepReport(step=step, candidates=candidates, replay_cost=self.config.replay_cost)
+        return DistributedStepReport(
+            step=step, candidates=candidates, replay_cost=self.config.replay_cost
+        )
 
     def _run_works(self, ctx: StepContext, works: list[PromptWork]) -> int:
         return self._dispatch(ctx.step, works, ctx.report, ctx.stopwatch)  # type: ignore[arg-type]
@@ -390,12 +415,16 @@ class RayRunner(BranchingRunner):
         """Every engine a worker knew died: replace them, re-run the shard (bounded)."""
         assert self._engines is not None
         ids = [w.tree.prompt_id for w in shard]
-        log.warning("no engine left to answer prompts %s; replacing the engines and re-running", ids)
+        log.warning(
+            "no engine left to answer prompts %s; replacing the engines and re-running", ids
+        )
         for w in shard:
             attempts[w.order] += 1
             if attempts[w.order] > self.ray_config.max_retries:
-                raise WorkerLost(f"engines died {attempts[w.order]} times while running prompt "
-                                 f"{w.tree.prompt_id!r}: {error}") from None  # fmt: skip
+                raise WorkerLost(
+                    f"engines died {attempts[w.order]} times while running prompt "
+                    f"{w.tree.prompt_id!r}: {error}"
+                ) from None
         self._engines.ensure()
         snap["policy"] = self.ray.put(dumps(self._engines.client()))
         report.engine_reruns.extend(ids)

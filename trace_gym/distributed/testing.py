@@ -48,7 +48,9 @@ class CrashOnCall(_Wrapper):
     rollout worker / engine it never exits - it would kill the driver - and raises.
     """
 
-    def __init__(self, policy: Any, call: int, worker: int | None = None, engine: int | None = None):
+    def __init__(
+        self, policy: Any, call: int, worker: int | None = None, engine: int | None = None
+    ):
         super().__init__(policy)
         if call < 1:
             raise ConfigError(f"call must be >= 1, got {call}")

@@ -141,7 +141,14 @@ class RolloutWorker:
         sw = Stopwatch()
         report = StepReport(step=step, replay_cost=self.config.replay_cost)
         ctx = step_context(
-            self.config, step, self.policy, self.pool, loads(allocator), loads(predictor), report, sw
+            self.config,
+            step,
+            self.policy,
+            self.pool,
+            loads(allocator),
+            loads(predictor),
+            report,
+            sw,
         )
         StepScheduler(ctx, partial(plan.expand, ctx)).run(shard)
         ctx.report.wall_s, ctx.report.time_s = sw.finish()

@@ -46,12 +46,18 @@ class BayesPredictor:
             raise ConfigError(f"prior_strength must be > 0, got {prior_strength}")
         if not 0.0 < decay <= 1.0:
             raise ConfigError(f"decay must be in (0, 1], got {decay}")
-        self.prior_strength, self.decay, self.mixing = float(prior_strength), float(decay), bool(mixing)
+        self.prior_strength, self.decay, self.mixing = (
+            float(prior_strength),
+            float(decay),
+            bool(mixing),
+        )
         self.text = FeaturePredictor(**features)
         #: prompt id -> [successes, failures] (leaf counts, decayed)
         self.counts: dict[str, list[float]] = {}
 
-    def posterior(self, states: Sequence[State], p0: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    def posterior(
+        self, states: Sequence[State], p0: np.ndarray | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
         """Beta parameters (a, b) of each state's prompt (text prior + visit counts)."""
         p0 = self.text.predict(states) if p0 is None else p0
         sf = np.array([self.counts.get(s.prompt_id, (0.0, 0.0)) for s in states]).reshape(-1, 2)

@@ -200,8 +200,12 @@ class FeaturePredictor:
 
     def state_dict(self) -> dict[str, Any]:
         """Weights, AdaGrad accumulators, the shuffling generator's state and the update count."""
-        return {"w": self.w.copy(), "g2": self.g2.copy(), "rng": self.rng.bit_generator.state,
-                "updates": self.updates}
+        return {
+            "w": self.w.copy(),
+            "g2": self.g2.copy(),
+            "rng": self.rng.bit_generator.state,
+            "updates": self.updates,
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         if np.shape(state["w"]) != (self.dim,):

@@ -116,7 +116,7 @@ def _parser() -> argparse.ArgumentParser:
         default=None,
         help="with --fit: write the fitted module here (default: print it)",
     )
-    return ap  # fmt: skip
+    return ap
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -134,7 +134,9 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as e:
         print(f"trace-gym sim-calibrate: {e}", file=sys.stderr)
         return 2
-    print(f"{'preset':14} {'grpo8 exact':>11} {'grpo8 MC':>9} {'rand-branch MC':>14} {'mean p':>7} {'p<.1':>6} {'p>.9':>6} {'resolved':>8}  attainable MSE by depth")  # fmt: skip
+    print(
+        f"{'preset':14} {'grpo8 exact':>11} {'grpo8 MC':>9} {'rand-branch MC':>14} {'mean p':>7} {'p<.1':>6} {'p>.9':>6} {'resolved':>8}  attainable MSE by depth"
+    )
     for n, r in zip(names, reports, strict=True):
         mse = " ".join(f"{v:.3f}" for v in r.attainable_mse_by_depth.values())
         print(

@@ -39,13 +39,41 @@ TARGETS: dict[str, tuple[str, float]] = {
 
 #: per domain: the v2 template (base_sd, delta_sd, knife_sd, shared_sd are rescaled)
 _TEMPLATES: dict[str, dict] = {
-    "math": dict(num_actions=3, turns_min=2, turns_max=4, base_mean=-0.5, answer_rate=0.3,
-                 knife_turns=1, delta_sd=0.5, knife_sd=2.0, shared_sd=0.5),
-    "hotpotqa": dict(num_actions=3, turns_min=3, turns_max=5, base_mean=-0.5, answer_rate=0.15,
-                     knife_turns=2, delta_sd=0.4, knife_sd=1.6, shared_sd=0.4),
-    "bfcl": dict(num_actions=4, turns_min=20, turns_max=30, base_mean=-5.0, answer_rate=0.02,
-                 answer_at=4.0, knife_turns=3, delta_sd=0.2, knife_sd=1.2, shared_sd=0.2),
-}  # fmt: skip
+    "math": dict(
+        num_actions=3,
+        turns_min=2,
+        turns_max=4,
+        base_mean=-0.5,
+        answer_rate=0.3,
+        knife_turns=1,
+        delta_sd=0.5,
+        knife_sd=2.0,
+        shared_sd=0.5,
+    ),
+    "hotpotqa": dict(
+        num_actions=3,
+        turns_min=3,
+        turns_max=5,
+        base_mean=-0.5,
+        answer_rate=0.15,
+        knife_turns=2,
+        delta_sd=0.4,
+        knife_sd=1.6,
+        shared_sd=0.4,
+    ),
+    "bfcl": dict(
+        num_actions=4,
+        turns_min=20,
+        turns_max=30,
+        base_mean=-5.0,
+        answer_rate=0.02,
+        answer_at=4.0,
+        knife_turns=3,
+        delta_sd=0.2,
+        knife_sd=1.2,
+        shared_sd=0.2,
+    ),
+}
 _COMMON = dict(skill=0.5, num_hints=6, obs_decay=0.7, prompt_noise=2.0, obs_noise=1.5)
 
 

@@ -26,7 +26,9 @@ def policy_value_table(task: SimTask, pm: np.ndarray) -> np.ndarray:
     """V[t, k + reach]: exact P(success) after t turns at offset k when moves follow `pm` (T, K)."""
     pm = np.asarray(pm, dtype=float)
     if pm.shape != task.shifts.shape:
-        raise ConfigError(f"{task.id}: move probabilities need shape {task.shifts.shape}, got {pm.shape}")
+        raise ConfigError(
+            f"{task.id}: move probabilities need shape {task.shifts.shape}, got {pm.shape}"
+        )
     p = task.preset
     succ, _, ans = transition_parts(task, 0.0)
     win = sigmoid(task.logit(np.arange(-task.reach, task.reach + 1)))

@@ -10,7 +10,7 @@ nothing on average (mean gain 0.0; it was +0.11 on the v1 pool).
 from __future__ import annotations
 
 import pytest
-from trace_gym.trainers.pipeline import pipeline_preset, warm_start_config
+from trace_gym.bench.pipeline import pipeline_preset, warm_start_config
 
 from trace_gym.sim import get_preset
 from trace_gym.sim.env import SimEnv

@@ -85,26 +85,47 @@ def run(
 
 def main(argv: list[str]) -> int:
     """Entry point of `trace-gym bench alloc-speed [--json PATH]`."""
-    p = argparse.ArgumentParser(prog="trace-gym bench alloc-speed", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="trace-gym bench alloc-speed",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--json", type=Path, help="also write the figures to this JSON file")
     p.add_argument("--candidates", type=int, default=4096)
     p.add_argument("--budget", type=int, default=8192)
     p.add_argument("--m-max", type=int, default=16)
     p.add_argument("--repeats", type=int, default=21, help="runs of the fast solver (median)")
-    p.add_argument("--reference-repeats", type=int, default=3, help="runs of the reference DP (median)")
+    p.add_argument(
+        "--reference-repeats", type=int, default=3, help="runs of the reference DP (median)"
+    )
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
-    r = run(candidates=args.candidates, budget=args.budget, m_max=args.m_max, repeats=args.repeats,
-            reference_repeats=args.reference_repeats, seed=args.seed)
-    print(f"root allocation: P={r['candidates']} B={r['budget']} m_max={r['m_max']} values {r['values']}")
+    r = run(
+        candidates=args.candidates,
+        budget=args.budget,
+        m_max=args.m_max,
+        repeats=args.repeats,
+        reference_repeats=args.reference_repeats,
+        seed=args.seed,
+    )
+    print(
+        f"root allocation: P={r['candidates']} B={r['budget']} m_max={r['m_max']} values {r['values']}"
+    )
     print(f"  fast exact solver   {r['root_fast_ms']:10.2f} ms  (median of {r['repeats']})")
-    print(f"  reference DP        {r['root_reference_ms']:10.2f} ms  (median of {r['reference_repeats']})")
+    print(
+        f"  reference DP        {r['root_reference_ms']:10.2f} ms  (median of {r['reference_repeats']})"
+    )
     print(f"  speedup             {r['speedup']:10.1f} x")
-    print(f"  objective equal     {r['objective_equal']}  ({r['objective_fast']:.6f}; "
-          f"{r['selected_prompts']} prompts selected)")
-    print(f"prefix split: {r['prefixes']} prefixes, budget {r['prefix_budget']}: {r['prefix_us']:.1f} us")
-    print("goals: " + ", ".join(f"{k} {'met' if v else 'MISSED'}" for k, v in r["goals_met"].items()))
+    print(
+        f"  objective equal     {r['objective_equal']}  ({r['objective_fast']:.6f}; "
+        f"{r['selected_prompts']} prompts selected)"
+    )
+    print(
+        f"prefix split: {r['prefixes']} prefixes, budget {r['prefix_budget']}: {r['prefix_us']:.1f} us"
+    )
+    print(
+        "goals: " + ", ".join(f"{k} {'met' if v else 'MISSED'}" for k, v in r["goals_met"].items())
+    )
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(r, indent=2) + "\n")

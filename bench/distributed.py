@@ -81,7 +81,12 @@ def _setup(cfg: RayBenchConfig):
     ids = list(env.unwrapped.task_ids)
     env.close()
     pools = [
-        [str(t) for t in np.random.default_rng(stable_seed("ray-bench", cfg.seed, s)).choice(ids, n_cand, replace=False)]
+        [
+            str(t)
+            for t in np.random.default_rng(stable_seed("ray-bench", cfg.seed, s)).choice(
+                ids, n_cand, replace=False
+            )
+        ]
         for s in range(cfg.steps + 1)
     ]
     return factory, pools
@@ -95,10 +100,19 @@ def _run(cfg: RayBenchConfig, factory, pools, workers: int | None) -> dict[str, 
 
     policy = LatencyPolicy(SimPolicy(cfg.preset), cfg.latency_s)
     rcfg = RunnerConfig(
-        root_budget=cfg.roots, replays_per_root=cfg.replays, m_max=cfg.m_max,
-        max_batch=cfg.max_batch, seed=cfg.seed,
-    )  # fmt: skip
-    args = (policy, factory, make_allocator(cfg.policy, m_max=cfg.m_max), make_predictor(cfg.predictor), rcfg)
+        root_budget=cfg.roots,
+        replays_per_root=cfg.replays,
+        m_max=cfg.m_max,
+        max_batch=cfg.max_batch,
+        seed=cfg.seed,
+    )
+    args = (
+        policy,
+        factory,
+        make_allocator(cfg.policy, m_max=cfg.m_max),
+        make_predictor(cfg.predictor),
+        rcfg,
+    )
     if workers is None:
         runner: BranchingRunner = BranchingRunner(*args)
     else:

@@ -17,20 +17,33 @@ from pathlib import Path
 #: name -> (bench alloc arguments, seeds); every run adds COMMON: fresh prompts, M=128, N=2
 COMMON = "--roots 128 --replays 2"
 RUNS: dict[str, tuple[str, int]] = {
-    "math": ("--preset math --policies grpo,treepo,trace,oracle --reference "
-             "--noisy-curve 0.95,0.9,0.8,0.7 --oracle-predictor-row", 5),
-    "hotpotqa": ("--preset hotpotqa --policies treepo,trace_roots_random_prefixes,"
-                 "uniform_roots_trace_prefixes,trace,oracle --reference "
-                 "--shapes 512x2,512x6,1024x2 --scale 0.25", 5),
+    "math": (
+        "--preset math --policies grpo,treepo,trace,oracle --reference "
+        "--noisy-curve 0.95,0.9,0.8,0.7 --oracle-predictor-row",
+        5,
+    ),
+    "hotpotqa": (
+        "--preset hotpotqa --policies treepo,trace_roots_random_prefixes,"
+        "uniform_roots_trace_prefixes,trace,oracle --reference "
+        "--shapes 512x2,512x6,1024x2 --scale 0.25",
+        5,
+    ),
     "hotpotqa-prefix-share-0.3": ("--preset hotpotqa --policies trace --prefix-share 0.3", 5),
     "bfcl": ("--preset bfcl --policies grpo,treepo,trace,oracle", 2),
     "math-drift": ("--preset math --drift --policies grpo,treepo,trace", 5),
     "math-revisit": ("--preset math --revisit --policies grpo,treepo,trace", 5),
-    **{f"math-{r}": ("--preset math-" + r + " --policies grpo,trace,oracle", 2)
-       for r in ("luck", "r02", "r04", "r08")},
-    **{f"hotpotqa-{r}": ("--preset hotpotqa-" + r + " --policies treepo,trace_roots_random_prefixes,trace", 2)
-       for r in ("luck", "r02", "r04", "r08")},
-}  # fmt: skip
+    **{
+        f"math-{r}": ("--preset math-" + r + " --policies grpo,trace,oracle", 2)
+        for r in ("luck", "r02", "r04", "r08")
+    },
+    **{
+        f"hotpotqa-{r}": (
+            "--preset hotpotqa-" + r + " --policies treepo,trace_roots_random_prefixes,trace",
+            2,
+        )
+        for r in ("luck", "r02", "r04", "r08")
+    },
+}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -63,9 +76,14 @@ def main(argv: list[str] | None = None) -> int:
         if rc:
             return rc
         goals = json.loads(path.read_text())["goals"]
-        print(f"== {name}: {time.time() - t0:.0f} s; " + "; ".join(
-            f"[{'met' if g['met'] else 'report' if g['met'] is None else 'NOT met'}] {g['measured']}" for g in goals
-        ), flush=True)  # fmt: skip
+        print(
+            f"== {name}: {time.time() - t0:.0f} s; "
+            + "; ".join(
+                f"[{'met' if g['met'] else 'report' if g['met'] is None else 'NOT met'}] {g['measured']}"
+                for g in goals
+            ),
+            flush=True,
+        )
     return 0
 
 

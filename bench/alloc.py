@@ -27,7 +27,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
 from trace_gym.bench.report import (
     StepRecord,
     format_curves,
@@ -38,8 +37,8 @@ from trace_gym.bench.report import (
     write_outputs,
 )
 from trace_gym.bench.report_html import write_index
+
 from trace_gym.errors import ConfigError, DependencyNotInstalled, unknown
-from trace_gym.optional import require
 from trace_gym.runner import BranchingRunner, RunnerConfig
 from trace_gym.seeding import stable_seed
 from trace_gym.tree import RolloutTree, batch_metrics
@@ -69,9 +68,6 @@ def _preset_names() -> tuple[str, ...]:
 
 
 PRESET_NAMES = _preset_names()
-#: the scripted-policy registry (`make_env`, `make_scripted`), named by string: the core
-#: does not import the agents package
-SCRIPTED_POLICIES = "trace_gym.agents.scripted"
 
 
 @dataclass
@@ -213,12 +209,8 @@ def _sim_source(cfg: BenchConfig, seed: int) -> _Source:
 
 
 def _env_source(cfg: BenchConfig, seed: int) -> _Source:
-    scripted = require(
-        SCRIPTED_POLICIES,
-        "pip install -e . (the agents package)",
-        what=f"{SCRIPTED_POLICIES} (scripted policies)",
-    )
-    make_env, make_scripted = scripted.make_env, scripted.make_scripted
+    from trace_gym.agents.scripted import make_env, make_scripted
+
     env_id = cfg.env_id
     assert env_id is not None
 
@@ -278,9 +270,15 @@ def _branch_counts(trees: list[RolloutTree]) -> tuple[int, int]:
 
 
 def _record(
-    name: str, seed: int, step: int, candidates: int, trees: list[RolloutTree], report,
-    budget: float = math.nan, exact_scored: list | None = None,
-) -> StepRecord:  # fmt: skip
+    name: str,
+    seed: int,
+    step: int,
+    candidates: int,
+    trees: list[RolloutTree],
+    report,
+    budget: float = math.nan,
+    exact_scored: list | None = None,
+) -> StepRecord:
     m = batch_metrics(trees)
     scored = []
     for t in trees:
@@ -444,9 +442,14 @@ def _exact_scores(cfg: BenchConfig, log_: list, step: int) -> list[tuple[int, fl
 
 
 def run_policy(
-    cfg: BenchConfig, source: _Source, name: str, seed: int, pools: list[list[Any]],
-    predictor: str | None = None, exact_log: bool = False,
-) -> Iterator[tuple]:  # fmt: skip
+    cfg: BenchConfig,
+    source: _Source,
+    name: str,
+    seed: int,
+    pools: list[list[Any]],
+    predictor: str | None = None,
+    exact_log: bool = False,
+) -> Iterator[tuple]:
     """(step, trees, report) of one policy over the shared pools, at the harness's equal cost.
 
     With `exact_log` (the simulator only) each item also carries the (depth, predicted,
@@ -706,8 +709,17 @@ def run_shapes(
                 f"shape {m}x{n:g} at --scale {scale:g} gives {roots} roots = {group} per prompt "
                 f"for {prompts} prompts; need 2..{cfg.m_max} (change --scale)"
             )
-        sub = BenchConfig(**{**cfg.__dict__, "roots": roots, "replays": n, "group_size": group,
-                             "candidates": n_cand, "policies": tuple(policies), "rows": ()})  # fmt: skip
+        sub = BenchConfig(
+            **{
+                **cfg.__dict__,
+                "roots": roots,
+                "replays": n,
+                "group_size": group,
+                "candidates": n_cand,
+                "policies": tuple(policies),
+                "rows": (),
+            }
+        )
         rows = run_bench(sub).summary["policies"]
         out[f"{m}x{n:g}"] = {
             "roots": roots,
@@ -874,11 +886,24 @@ def _output_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ray-workers", default="1,2", help="--ray: worker counts to compare")
     p.add_argument("--ray-steps", type=int, default=3, help="--ray: timed steps per setting")
     # --ray --engines: the engine pool (trace_gym.distributed.engine) and per-prompt expansion
-    p.add_argument("--engines", default=None, help="--ray: engine-actor counts to compare (e.g. 1,2,4)")
-    p.add_argument("--env-workers", type=int, default=None, help="--engines: env workers (default: = engines)")
-    p.add_argument("--barrier", default="per-prompt", help="--engines: global, per-prompt or both (comma)")
-    p.add_argument("--latency-sigma", type=float, default=0.0, help="--engines: log-normal sigma of the latency")
-    p.add_argument("--engine-slots", type=int, default=8, help="--engines: requests one engine serves at once")
+    p.add_argument(
+        "--engines", default=None, help="--ray: engine-actor counts to compare (e.g. 1,2,4)"
+    )
+    p.add_argument(
+        "--env-workers", type=int, default=None, help="--engines: env workers (default: = engines)"
+    )
+    p.add_argument(
+        "--barrier", default="per-prompt", help="--engines: global, per-prompt or both (comma)"
+    )
+    p.add_argument(
+        "--latency-sigma",
+        type=float,
+        default=0.0,
+        help="--engines: log-normal sigma of the latency",
+    )
+    p.add_argument(
+        "--engine-slots", type=int, default=8, help="--engines: requests one engine serves at once"
+    )
     p.add_argument("--hf", action="store_true", help="--engines: add tiny-HF-engine rows")
 
 
@@ -961,7 +986,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"wrote {path}")
     if args.out is not None:  # index.html beside the files: tables, plots and this command
         cmd = ["trace-gym", "bench", "alloc", *(sys.argv[1:] if argv is None else argv)]
-        print(f"wrote {write_index(args.out, 'trace-gym bench alloc', cmd, summary=s, notes=[_title(cfg)])}")
+        print(
+            f"wrote {write_index(args.out, 'trace-gym bench alloc', cmd, summary=s, notes=[_title(cfg)])}"
+        )
     return 0
 
 
@@ -975,11 +1002,13 @@ def shape_goals(shapes: dict[str, Any]) -> list[dict[str, Any]]:
         diff = pol["trace"]["effective_ratio"] - pol["treepo"]["effective_ratio"]
         cells.append(f"{shape}: {100 * diff:+.1f}")
         met = met and diff >= 0.10
-    return [{
-        "goal": "TRACE >= +10 points over TreePO random branching at each shape (paper: +10.2, +10.1, +9.5)",
-        "measured": ", ".join(cells) + " points",
-        "met": met,
-    }]  # fmt: skip
+    return [
+        {
+            "goal": "TRACE >= +10 points over TreePO random branching at each shape (paper: +10.2, +10.1, +9.5)",
+            "measured": ", ".join(cells) + " points",
+            "met": met,
+        }
+    ]
 
 
 def _print_report(cfg: BenchConfig, s: dict[str, Any]) -> None:

@@ -14,7 +14,6 @@ CPU / tiny-model figures. Engines reached by "module:attr" strings (core never i
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import platform
 import time
@@ -22,8 +21,6 @@ from pathlib import Path
 from typing import Any
 
 __all__ = ["main", "run"]
-
-ENGINES = "trace_gym.agents.engines"
 
 
 def _prompts(env_id: str, n: int, seed: int) -> list[Any]:
@@ -43,7 +40,12 @@ def _prompts(env_id: str, n: int, seed: int) -> list[Any]:
 def _best(runs: list[tuple[int, float]]) -> dict[str, float]:
     """The fastest of repeated runs (tokens, seconds): shared machines add noise, never speed."""
     tokens, s = max(runs, key=lambda r: r[0] / r[1] if r[1] else 0.0)
-    return {"tokens": tokens, "seconds": s, "tokens_per_s": tokens / s if s else 0.0, "repeats": len(runs)}
+    return {
+        "tokens": tokens,
+        "seconds": s,
+        "tokens_per_s": tokens / s if s else 0.0,
+        "repeats": len(runs),
+    }
 
 
 def _policy_rate(policy: Any, convs: list[Any], repeats: int) -> dict[str, float]:
@@ -56,18 +58,28 @@ def _policy_rate(policy: Any, convs: list[Any], repeats: int) -> dict[str, float
     return _best(runs)
 
 
-def _raw_rate(fn: Any, engine: Any, ids: list[list[int]], max_new_tokens: int, repeats: int,
-              **kw: Any) -> dict[str, float]:
+def _raw_rate(
+    fn: Any, engine: Any, ids: list[list[int]], max_new_tokens: int, repeats: int, **kw: Any
+) -> dict[str, float]:
     fn(engine, ids[:2], max_new_tokens, **kw)  # warm-up
     runs = [fn(engine, ids, max_new_tokens, **kw) for _ in range(repeats)]
     return _best([(r.tokens, r.seconds) for r in runs])
 
 
-def run(*, engines: tuple[str, ...] = ("hf", "vllm"), env_id: str = "trace/Sim-v0", prompts: int = 16,
-        max_new_tokens: int = 64, temperature: float = 1.0, seed: int = 0, repeats: int = 3,
-        model_dir: str | None = None) -> dict[str, Any]:
+def run(
+    *,
+    engines: tuple[str, ...] = ("hf", "vllm"),
+    env_id: str = "trace/Sim-v0",
+    prompts: int = 16,
+    max_new_tokens: int = 64,
+    temperature: float = 1.0,
+    seed: int = 0,
+    repeats: int = 3,
+    model_dir: str | None = None,
+) -> dict[str, Any]:
     """Tokens/s of raw generate and of the policy for each engine; returns the figures."""
-    eng = importlib.import_module(ENGINES)
+    from trace_gym.agents import engines as eng
+
     path = Path(model_dir) if model_dir else eng.bench_model_dir()
     sampling = dict(temperature=temperature, max_new_tokens=max_new_tokens, max_batch=prompts)
     convs = _prompts(env_id, prompts, seed)
@@ -75,42 +87,79 @@ def run(*, engines: tuple[str, ...] = ("hf", "vllm"), env_id: str = "trace/Sim-v
     ids = [hf.context(c).ids for c in convs]
     detail: dict[str, dict[str, float]] = {}
     if "hf" in engines:
-        detail["hf"] = _raw_rate(eng.raw_hf_generate, hf.model, ids, max_new_tokens, repeats,
-                                 temperature=temperature, pad_id=hf.pad_id, batch=prompts)
+        detail["hf"] = _raw_rate(
+            eng.raw_hf_generate,
+            hf.model,
+            ids,
+            max_new_tokens,
+            repeats,
+            temperature=temperature,
+            pad_id=hf.pad_id,
+            batch=prompts,
+        )
         detail["hf_policy"] = _policy_rate(hf, convs, repeats)
     if "vllm" in engines:
         vp = eng.vllm_policy(path, **sampling)
-        detail["vllm"] = _raw_rate(eng.raw_vllm_generate, vp.llm, ids, max_new_tokens, repeats,
-                                   temperature=temperature)
+        detail["vllm"] = _raw_rate(
+            eng.raw_vllm_generate, vp.llm, ids, max_new_tokens, repeats, temperature=temperature
+        )
         detail["vllm_policy"] = _policy_rate(vp, convs, repeats)
     rates = {k: v["tokens_per_s"] for k, v in detail.items()}
-    ratios = {f"{p}/{raw}": rates[p] / rates[raw] for p, raw in (("hf_policy", "hf"), ("vllm_policy", "vllm"))
-              if p in rates and rates[raw]}
-    return {"tokens_per_s": rates, "policy_over_raw": ratios, "detail": detail,
-            "goals_met": {f"{k}>=0.7": v >= 0.7 for k, v in ratios.items()},
-            "env": env_id, "prompts": prompts, "max_new_tokens": max_new_tokens, "temperature": temperature,
-            "model_dir": str(path), "note": "CPU / tiny-model figures", "machine": platform.machine()}
+    ratios = {
+        f"{p}/{raw}": rates[p] / rates[raw]
+        for p, raw in (("hf_policy", "hf"), ("vllm_policy", "vllm"))
+        if p in rates and rates[raw]
+    }
+    return {
+        "tokens_per_s": rates,
+        "policy_over_raw": ratios,
+        "detail": detail,
+        "goals_met": {f"{k}>=0.7": v >= 0.7 for k, v in ratios.items()},
+        "env": env_id,
+        "prompts": prompts,
+        "max_new_tokens": max_new_tokens,
+        "temperature": temperature,
+        "model_dir": str(path),
+        "note": "CPU / tiny-model figures",
+        "machine": platform.machine(),
+    }
 
 
 def main(argv: list[str]) -> int:
     """Entry point of `trace-gym bench generate [--json PATH]`."""
-    p = argparse.ArgumentParser(prog="trace-gym bench generate", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="trace-gym bench generate",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--json", type=Path, help="also write the figures to this JSON file")
     p.add_argument("--engines", default="hf,vllm", help="comma-separated: hf, vllm")
     p.add_argument("--env", default="trace/Sim-v0")
     p.add_argument("--prompts", type=int, default=16)
     p.add_argument("--max-new-tokens", type=int, default=64)
     p.add_argument("--temperature", type=float, default=1.0)
-    p.add_argument("--model", default=None, help="model directory (default: the cached tiny bench model)")
+    p.add_argument(
+        "--model", default=None, help="model directory (default: the cached tiny bench model)"
+    )
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--repeats", type=int, default=3, help="timed runs of each, the fastest reported")
+    p.add_argument(
+        "--repeats", type=int, default=3, help="timed runs of each, the fastest reported"
+    )
     a = p.parse_args(argv)
-    r = run(engines=tuple(a.engines.split(",")), env_id=a.env, prompts=a.prompts,
-            max_new_tokens=a.max_new_tokens, temperature=a.temperature, seed=a.seed, repeats=a.repeats,
-            model_dir=a.model)
+    r = run(
+        engines=tuple(a.engines.split(",")),
+        env_id=a.env,
+        prompts=a.prompts,
+        max_new_tokens=a.max_new_tokens,
+        temperature=a.temperature,
+        seed=a.seed,
+        repeats=a.repeats,
+        model_dir=a.model,
+    )
     for k, v in r["detail"].items():
-        print(f"  {k:<12} {v['tokens_per_s']:10.1f} tok/s  ({v['tokens']} tokens in {v['seconds']:.2f} s)")
+        print(
+            f"  {k:<12} {v['tokens_per_s']:10.1f} tok/s  ({v['tokens']} tokens in {v['seconds']:.2f} s)"
+        )
     for k, v in r["policy_over_raw"].items():
         print(f"  {k:<18} {v:6.1%}  (goal >= 70%)")
     if a.json:

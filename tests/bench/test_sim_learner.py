@@ -10,9 +10,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from trace_gym.trainers import learn_bench as lb  # noqa: E402
-from trace_gym.trainers.learn_stats import auc, cost_to_target, holm, wilcoxon_signed_rank  # noqa: E402
-from trace_gym.trainers.sim_learner import (  # noqa: E402
+from trace_gym.bench import learn as lb  # noqa: E402
+from trace_gym.bench.learn_stats import auc, cost_to_target, holm, wilcoxon_signed_rank  # noqa: E402
+from trace_gym.bench.sim_learner import (  # noqa: E402
     LearnedSimPolicy,
     LearnerEnv,
     MoveFeatures,
@@ -47,7 +47,9 @@ def test_pg_step_moves_probability_toward_rewarded_move(optimiser):
     after = pol.move_probs(f)
     assert out["trained_moves"] == 4
     assert after[1] > before[1] + 0.01 and after[2] < before[2] - 0.01
-    other = pol.move_probs(MoveFeatures(topic=3, hint=0, turn=2))  # never trained: only the shared turn bias moved
+    other = pol.move_probs(
+        MoveFeatures(topic=3, hint=0, turn=2)
+    )  # never trained: only the shared turn bias moved
     assert abs(other[1] - other[2]) < abs(after[1] - after[2])
 
 
@@ -74,7 +76,9 @@ def test_exact_evaluation_matches_sampled_episodes():
         prompt, _ = env.reset(seed=ep, options={"task": task.id})
         turns, done = [], False
         while not done:
-            conv = Conversation("trace/Sim-v0", task.id, prompt, tuple(turns), seed=ep * 101 + len(turns))
+            conv = Conversation(
+                "trace/Sim-v0", task.id, prompt, tuple(turns), seed=ep * 101 + len(turns)
+            )
             text = pol.generate([conv])[0].text
             obs, r, term, trunc, _ = env.step(text)
             turns.append(T(action=text, observation=obs))
@@ -83,11 +87,15 @@ def test_exact_evaluation_matches_sampled_episodes():
     exact = exact_success(pol, tasks)
     se = np.sqrt(exact * (1 - exact) / n)
     assert abs(wins / n - exact) < 4 * se
-    assert exact != pytest.approx(exact_success(LearnedSimPolicy("math"), tasks), abs=1e-3)  # the parameters matter
+    assert exact != pytest.approx(
+        exact_success(LearnedSimPolicy("math"), tasks), abs=1e-3
+    )  # the parameters matter
 
 
 def _cfg(**kw):
-    base = dict(steps=3, roots=8, candidates=8, heldout_tasks=16, eval_every=1, seeds=2, progress=False)
+    base = dict(
+        steps=3, roots=8, candidates=8, heldout_tasks=16, eval_every=1, seeds=2, progress=False
+    )
     return lb.config_from_protocol(lb.load_protocol(lb.DEFAULT_PROTOCOL), **{**base, **kw})
 
 
@@ -96,7 +104,9 @@ def test_equal_accounted_cost_and_paired_task_streams():
     recs = {arm: lb.run_arm(cfg, arm, 0) for arm in ("trace", "treepo", "trace_roots", "grpo")}
     for arm, rs in recs.items():
         assert [r["accounted_cost"] for r in rs[1:]] == [cfg.accounted_budget] * cfg.steps, arm
-        assert rs[0]["success"] == recs["trace"][0]["success"]  # the same held-out tasks, same start
+        assert (
+            rs[0]["success"] == recs["trace"][0]["success"]
+        )  # the same held-out tasks, same start
     streams = {arm: [r["tasks"] for r in rs[1:]] for arm, rs in recs.items()}
     assert len({tuple(s) for s in streams.values()}) == 1
     assert lb.run_arm(cfg, "grpo", 1)[1]["tasks"] != streams["grpo"][0]  # seeds differ
@@ -108,7 +118,9 @@ def test_equal_accounted_cost_and_paired_task_streams():
 
 def test_statistics():
     assert wilcoxon_signed_rank([1, 2, 3, 4, 5]) == pytest.approx(2 / 32)
-    assert wilcoxon_signed_rank([1, -2, 3, -4, 5, 6]) == pytest.approx(2 * 14 / 64)  # W+ = 15: 14 of 64 patterns at <= 6
+    assert wilcoxon_signed_rank([1, -2, 3, -4, 5, 6]) == pytest.approx(
+        2 * 14 / 64
+    )  # W+ = 15: 14 of 64 patterns at <= 6
     assert holm([0.01, 0.04, 0.03]) == pytest.approx([0.03, 0.06, 0.06])
     assert auc([0, 1, 2], [0.0, 1.0, 1.0]) == pytest.approx(0.75)
     assert cost_to_target([0, 10, 20], [0.2, 0.4, 0.6], 0.5) == pytest.approx(15.0)
@@ -122,9 +134,19 @@ def test_protocol_must_be_committed(tmp_path):
     f.write_text(lb.DEFAULT_PROTOCOL.read_text())
     with pytest.raises(ConfigError, match="not committed"):
         lb.check_protocol(f)
-    env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
+    env = {
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@t",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@t",
+    }
     subprocess.run(["git", "add", "p.toml"], cwd=tmp_path, check=True)
-    subprocess.run(["git", "commit", "-qm", "p"], cwd=tmp_path, check=True, env={**__import__("os").environ, **env})
+    subprocess.run(
+        ["git", "commit", "-qm", "p"],
+        cwd=tmp_path,
+        check=True,
+        env={**__import__("os").environ, **env},
+    )
     lb.check_protocol(f)
     f.write_text(f.read_text() + "\n# edited\n")
     with pytest.raises(ConfigError, match="uncommitted"):
@@ -135,9 +157,33 @@ def test_bench_learn_smoke(tmp_path, capsys):
     from trace_gym.cli import main
 
     js = tmp_path / "r.json"
-    rc = main(["bench", "learn", "--preset", "math", "--arms", "trace,treepo,trace_roots,grpo", "--seeds", "2",
-               "--steps", "2", "--heldout", "8", "--eval-every", "1", "--roots", "8", "--candidates", "8",
-               "--no-progress", "--json", str(js), "--out", str(tmp_path / "out")])
+    rc = main(
+        [
+            "bench",
+            "learn",
+            "--preset",
+            "math",
+            "--arms",
+            "trace,treepo,trace_roots,grpo",
+            "--seeds",
+            "2",
+            "--steps",
+            "2",
+            "--heldout",
+            "8",
+            "--eval-every",
+            "1",
+            "--roots",
+            "8",
+            "--candidates",
+            "8",
+            "--no-progress",
+            "--json",
+            str(js),
+            "--out",
+            str(tmp_path / "out"),
+        ]
+    )
     assert rc == 0
     rep = json.loads(js.read_text())
     assert set(rep["arms"]) == {"trace", "treepo", "trace_roots", "grpo"}
@@ -147,8 +193,12 @@ def test_bench_learn_smoke(tmp_path, capsys):
         assert 0.0 <= rep["comparisons"][c]["p_value"] <= 1.0 and "effect" in rep["comparisons"][c]
     assert rep["protocol"]["seeds"] == [0, 1] and len(rep["protocol"]["sha256"]) == 64
     assert rep["protocol"]["deviations"] == {"roots": 8, "candidates": 8}
-    assert (tmp_path / "out" / "curve_cost.png").stat().st_size > 0 and (tmp_path / "out" / "summary.csv").exists()
-    assert (tmp_path / "out" / "paired_differences.png").exists() and (tmp_path / "out" / "index.html").exists()
+    assert (tmp_path / "out" / "curve_cost.png").stat().st_size > 0 and (
+        tmp_path / "out" / "summary.csv"
+    ).exists()
+    assert (tmp_path / "out" / "paired_differences.png").exists() and (
+        tmp_path / "out" / "index.html"
+    ).exists()
 
 
 def test_bench_learn_refuses_uncommitted_protocol(tmp_path, capsys):

@@ -31,18 +31,14 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-
 from trace_gym.bench.distributed import StepBenchFields
+
 from trace_gym.errors import ConfigError
 from trace_gym.runner import BranchingRunner, RunnerConfig
 from trace_gym.scheduling import EXPANSIONS
 from trace_gym.seeding import stable_seed
 
 __all__ = ["EngineBenchConfig", "format_engine_bench", "run_engine_bench", "tree_shape"]
-
-#: the tiny HF policy of ``--hf``, reached by name (the core does not import agents/)
-TINY_POLICY = "trace_gym.agents.tiny:load_tiny_policy"
-TINY_CONFIG = "trace_gym.agents.tiny:default_test_config"
 
 
 @dataclass
@@ -73,7 +69,9 @@ class EngineBenchConfig(StepBenchFields):
             raise ConfigError(f"--env-workers must be >= 1, got {self.env_workers}")
         bad = [b for b in self.barriers if b not in EXPANSIONS]
         if bad or not self.barriers:
-            raise ConfigError(f"--barrier takes {' / '.join(EXPANSIONS)} (comma-separated), got {bad}")
+            raise ConfigError(
+                f"--barrier takes {' / '.join(EXPANSIONS)} (comma-separated), got {bad}"
+            )
         if self.latency_s < 0 or self.latency_sigma < 0 or self.engine_slots < 1:
             raise ConfigError("latency and its sigma must be >= 0, engine slots >= 1")
 
@@ -90,13 +88,24 @@ def _pools(cfg: EngineBenchConfig, preset: str, roots: int) -> tuple[Any, list[l
     env = factory()
     ids = list(env.unwrapped.task_ids)
     env.close()
-    rng = [np.random.default_rng(stable_seed("engine-bench", cfg.seed, s)) for s in range(cfg.steps + 1)]
+    rng = [
+        np.random.default_rng(stable_seed("engine-bench", cfg.seed, s))
+        for s in range(cfg.steps + 1)
+    ]
     return factory, [[str(t) for t in r.choice(ids, n_cand, replace=False)] for r in rng]
 
 
-def _runner_config(cfg: EngineBenchConfig, roots: int, expansion: str, max_batch: int | None) -> RunnerConfig:
-    return RunnerConfig(root_budget=roots, replays_per_root=cfg.replays, m_max=cfg.m_max,
-                        max_batch=max_batch, seed=cfg.seed, expansion=expansion)  # fmt: skip
+def _runner_config(
+    cfg: EngineBenchConfig, roots: int, expansion: str, max_batch: int | None
+) -> RunnerConfig:
+    return RunnerConfig(
+        root_budget=roots,
+        replays_per_root=cfg.replays,
+        m_max=cfg.m_max,
+        max_batch=max_batch,
+        seed=cfg.seed,
+        expansion=expansion,
+    )
 
 
 def _steps(runner: Any, pools: list[list[str]], engine_stats: Any = None) -> dict[str, Any]:
@@ -119,60 +128,119 @@ def _steps(runner: Any, pools: list[list[str]], engine_stats: Any = None) -> dic
     finally:
         runner.close()
     wall = sum(walls)
-    return {"wall_s": wall, "step_wall_s": wall / len(walls) if walls else float("nan"),
-            "episodes": episodes, "turns": turns, "episodes_per_s": episodes / wall if wall else float("nan"),
-            "turns_per_s": turns / wall if wall else float("nan"), "idle_share": idle,
-            "engine_rerouted": sum(getattr(r, "engine_rerouted", 0) for r in reports),
-            "trees": trees}  # fmt: skip
+    return {
+        "wall_s": wall,
+        "step_wall_s": wall / len(walls) if walls else float("nan"),
+        "episodes": episodes,
+        "turns": turns,
+        "episodes_per_s": episodes / wall if wall else float("nan"),
+        "turns_per_s": turns / wall if wall else float("nan"),
+        "idle_share": idle,
+        "engine_rerouted": sum(getattr(r, "engine_rerouted", 0) for r in reports),
+        "trees": trees,
+    }
 
 
 def _idle_share(before: list[dict] | None, after: list[dict], wall: float) -> float | None:
     if before is None or wall <= 0:
         return None
     by = {s["index"]: s for s in before}
-    busy = sum(s["busy_s"] / s["capacity"] - by.get(s["index"], {}).get("busy_s", 0.0) / s["capacity"] for s in after)
+    busy = sum(
+        s["busy_s"] / s["capacity"] - by.get(s["index"], {}).get("busy_s", 0.0) / s["capacity"]
+        for s in after
+    )
     return float(max(0.0, 1.0 - busy / (len(after) * wall)))
 
 
 def tree_shape(tree: Any) -> tuple:
     """A tree's allocation and shape: root count, replays, and every node's (parent, origin)."""
-    return (tree.prompt_id, tree.info.get("root_count"), tree.info.get("replays"),
-            tuple((n.parent, n.origin) for n in tree.nodes))  # fmt: skip
+    return (
+        tree.prompt_id,
+        tree.info.get("root_count"),
+        tree.info.get("replays"),
+        tuple((n.parent, n.origin) for n in tree.nodes),
+    )
 
 
-def _ray_row(cfg: EngineBenchConfig, policy: Any, factory: Any, pools: list, *, engines: int,
-             expansion: str, roots: int, hf: bool) -> dict[str, Any]:  # fmt: skip
+def _ray_row(
+    cfg: EngineBenchConfig,
+    policy: Any,
+    factory: Any,
+    pools: list,
+    *,
+    engines: int,
+    expansion: str,
+    roots: int,
+    hf: bool,
+) -> dict[str, Any]:
     from trace_gym.alloc import make_allocator
     from trace_gym.distributed import RayConfig, RayRunner
     from trace_gym.predict import make_predictor
 
     workers = cfg.env_workers or engines
-    rc = RayConfig(address=cfg.address, num_workers=workers, worker_cpus=0.5, num_engines=engines,
-                   engine_cpus=0.5, engine_slots=cfg.engine_slots,
-                   engine_batching="batch" if hf else "continuous",
-                   engine_latency_s=0.0 if hf else cfg.latency_s,
-                   engine_latency_sigma=0.0 if hf else cfg.latency_sigma)  # fmt: skip
-    runner = RayRunner(policy, factory, make_allocator(cfg.policy, m_max=cfg.m_max),
-                       make_predictor(cfg.predictor), _runner_config(cfg, roots, expansion, cfg.max_batch), rc)  # fmt: skip
+    rc = RayConfig(
+        address=cfg.address,
+        num_workers=workers,
+        worker_cpus=0.5,
+        num_engines=engines,
+        engine_cpus=0.5,
+        engine_slots=cfg.engine_slots,
+        engine_batching="batch" if hf else "continuous",
+        engine_latency_s=0.0 if hf else cfg.latency_s,
+        engine_latency_sigma=0.0 if hf else cfg.latency_sigma,
+    )
+    runner = RayRunner(
+        policy,
+        factory,
+        make_allocator(cfg.policy, m_max=cfg.m_max),
+        make_predictor(cfg.predictor),
+        _runner_config(cfg, roots, expansion, cfg.max_batch),
+        rc,
+    )
     row = _steps(runner, pools, lambda: runner._engines.stats())
-    return {"kind": "hf" if hf else "sim", "barrier": expansion, "engines": engines, "workers": workers, **row}
+    return {
+        "kind": "hf" if hf else "sim",
+        "barrier": expansion,
+        "engines": engines,
+        "workers": workers,
+        **row,
+    }
 
 
-def _reference(cfg: EngineBenchConfig, policy: Any, factory: Any, pools: list, roots: int, max_batch: int | None):
+def _reference(
+    cfg: EngineBenchConfig,
+    policy: Any,
+    factory: Any,
+    pools: list,
+    roots: int,
+    max_batch: int | None,
+):
     from trace_gym.alloc import make_allocator
     from trace_gym.predict import make_predictor
 
-    runner = BranchingRunner(policy, factory, make_allocator(cfg.policy, m_max=cfg.m_max),
-                             make_predictor(cfg.predictor), _runner_config(cfg, roots, "per-prompt", max_batch))  # fmt: skip
-    return {"kind": "reference", "barrier": "per-prompt", "engines": 0, "workers": 0, **_steps(runner, pools)}
+    runner = BranchingRunner(
+        policy,
+        factory,
+        make_allocator(cfg.policy, m_max=cfg.m_max),
+        make_predictor(cfg.predictor),
+        _runner_config(cfg, roots, "per-prompt", max_batch),
+    )
+    return {
+        "kind": "reference",
+        "barrier": "per-prompt",
+        "engines": 0,
+        "workers": 0,
+        **_steps(runner, pools),
+    }
 
 
 def _hf_policy() -> Any:
-    from trace_gym.distributed import WorkerPolicy
-    from trace_gym.distributed.engine import resolve
+    from trace_gym.agents.tiny import default_test_config, load_tiny_policy
 
-    tiny = resolve(TINY_CONFIG)(("trace/Sim-v0",), episodes_per_env=16, sft_steps=60)
-    return WorkerPolicy(resolve(TINY_POLICY), tiny)
+    from trace_gym.distributed import WorkerPolicy
+
+    tiny = default_test_config(("trace/Sim-v0",), episodes_per_env=16, sft_steps=60)
+    return WorkerPolicy(load_tiny_policy, tiny)
 
 
 def _same(rows: list[dict[str, Any]], reference: dict[str, Any], exact: bool) -> None:
@@ -180,8 +248,12 @@ def _same(rows: list[dict[str, Any]], reference: dict[str, Any], exact: bool) ->
     for r in rows:
         trees = r.pop("trees")
         if exact:
-            r["same_trees"] = [[t.to_dict() for t in s] for s in trees] == [[t.to_dict() for t in s] for s in ref]
-        r["same_shapes"] = [[tree_shape(t) for t in s] for s in trees] == [[tree_shape(t) for t in s] for s in ref]
+            r["same_trees"] = [[t.to_dict() for t in s] for s in trees] == [
+                [t.to_dict() for t in s] for s in ref
+            ]
+        r["same_shapes"] = [[tree_shape(t) for t in s] for s in trees] == [
+            [tree_shape(t) for t in s] for s in ref
+        ]
 
 
 def _summary(cfg: EngineBenchConfig, rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -190,25 +262,35 @@ def _summary(cfg: EngineBenchConfig, rows: list[dict[str, Any]]) -> dict[str, An
     lo, hi = min(first, key=lambda r: r["engines"]), max(first, key=lambda r: r["engines"])
     out: dict[str, Any] = {
         "ray_speedup": hi["episodes_per_s"] / lo["episodes_per_s"],
-        "ray_speedup_settings": [f"{lo['engines']}+{lo['workers']}", f"{hi['engines']}+{hi['workers']}"],
+        "ray_speedup_settings": [
+            f"{lo['engines']}+{lo['workers']}",
+            f"{hi['engines']}+{hi['workers']}",
+        ],
         "trees_identical": all(r["same_trees"] for r in sim),
     }
     if set(cfg.barriers) == set(EXPANSIONS):
         by = {(r["barrier"], r["engines"]): r for r in sim}
         out["barrier"] = {
-            str(n): {"step_wall_ratio": by["global", n]["step_wall_s"] / by["per-prompt", n]["step_wall_s"],
-                     "idle_share_global": by["global", n]["idle_share"],
-                     "idle_share_per_prompt": by["per-prompt", n]["idle_share"]}
+            str(n): {
+                "step_wall_ratio": by["global", n]["step_wall_s"]
+                / by["per-prompt", n]["step_wall_s"],
+                "idle_share_global": by["global", n]["idle_share"],
+                "idle_share_per_prompt": by["per-prompt", n]["idle_share"],
+            }
             for n in cfg.engines
-        }  # fmt: skip
+        }
     hf = [r for r in rows if r["kind"] == "hf"]
     if hf:
         out["hf_shapes_identical"] = all(r["same_shapes"] for r in hf)
-        out["hf_episodes_per_s"] = {f"{r['barrier']}/{r['engines']}": r["episodes_per_s"] for r in hf}
+        out["hf_episodes_per_s"] = {
+            f"{r['barrier']}/{r['engines']}": r["episodes_per_s"] for r in hf
+        }
         if set(cfg.barriers) == set(EXPANSIONS):
             by_hf = {(r["barrier"], r["engines"]): r for r in hf}
             out["hf_barrier_step_wall_ratio"] = {
-                str(n): by_hf["global", n]["step_wall_s"] / by_hf["per-prompt", n]["step_wall_s"] for n in cfg.engines}
+                str(n): by_hf["global", n]["step_wall_s"] / by_hf["per-prompt", n]["step_wall_s"]
+                for n in cfg.engines
+            }
     return out
 
 
@@ -226,8 +308,20 @@ def run_engine_bench(cfg: EngineBenchConfig) -> dict[str, Any]:
         kw = {"num_cpus": need, "include_dashboard": False, "log_to_driver": False}
         ray.init(**kw) if cfg.address == "local" else ray.init(address=cfg.address)
     try:
-        rows = [_ray_row(cfg, SimPolicy(cfg.preset), factory, pools, engines=n, expansion=b, roots=cfg.roots, hf=False)
-                for b in cfg.barriers for n in cfg.engines]  # fmt: skip
+        rows = [
+            _ray_row(
+                cfg,
+                SimPolicy(cfg.preset),
+                factory,
+                pools,
+                engines=n,
+                expansion=b,
+                roots=cfg.roots,
+                hf=False,
+            )
+            for b in cfg.barriers
+            for n in cfg.engines
+        ]
         _same(rows, ref, exact=True)
         hf_rows: list[dict[str, Any]] = []
         if cfg.hf:
@@ -245,8 +339,11 @@ def _hf_rows(cfg: EngineBenchConfig) -> list[dict[str, Any]]:
     factory, pools = _pools(cfg, cfg.preset, cfg.hf_roots)
     ref = _reference(cfg, policy.build(), factory, pools, cfg.hf_roots, cfg.max_batch)
     ref["kind"] = "hf-reference"
-    rows = [_ray_row(cfg, policy, factory, pools, engines=n, expansion=b, roots=cfg.hf_roots, hf=True)
-            for b in cfg.barriers for n in cfg.engines]  # fmt: skip
+    rows = [
+        _ray_row(cfg, policy, factory, pools, engines=n, expansion=b, roots=cfg.hf_roots, hf=True)
+        for b in cfg.barriers
+        for n in cfg.engines
+    ]
     _same(rows, ref, exact=False)
     ref.pop("trees")
     return [ref, *rows]
@@ -254,7 +351,9 @@ def _hf_rows(cfg: EngineBenchConfig) -> list[dict[str, Any]]:
 
 def format_engine_bench(result: dict[str, Any]) -> str:
     c = result["config"]
-    lat = f"{1000 * c['latency_s']:.0f} ms mean" + (f", log-normal sigma {c['latency_sigma']:g}" if c["latency_sigma"] else " fixed")
+    lat = f"{1000 * c['latency_s']:.0f} ms mean" + (
+        f", log-normal sigma {c['latency_sigma']:g}" if c["latency_sigma"] else " fixed"
+    )
     lines = [
         f"Engine pool: trace/Sim-v0 {c['preset']}, M={c['roots']} N={c['replays']:g}, allocator={c['policy']}, "
         f"{c['steps']} timed steps (+1 warm-up); simulated engine latency {lat} per turn, "
@@ -265,16 +364,28 @@ def format_engine_bench(result: dict[str, Any]) -> str:
         setting = "in-process" if r["engines"] == 0 else f"{r['engines']}+{r['workers']}"
         idle = "-" if r["idle_share"] is None else f"{100 * r['idle_share']:.0f}%"
         same = r.get("same_trees", r.get("same_shapes"))
-        same_s = "-" if same is None else ("yes" if same else "NO") + ("" if "same_trees" in r else " (shapes)")
-        lines.append(f"{r['kind']:<12} {r['barrier']:<12} {setting:<17} {r['step_wall_s']:11.2f}   "
-                     f"{r['episodes_per_s']:10.1f}   {r['turns_per_s']:7.1f}   {idle:>11}   {same_s}")  # fmt: skip
-    lines.append(f"ray_speedup {result['ray_speedup']:.2f}x ({' vs '.join(reversed(result['ray_speedup_settings']))} "
-                 f"engines+workers), trees_identical {result['trees_identical']}")  # fmt: skip
+        same_s = (
+            "-"
+            if same is None
+            else ("yes" if same else "NO") + ("" if "same_trees" in r else " (shapes)")
+        )
+        lines.append(
+            f"{r['kind']:<12} {r['barrier']:<12} {setting:<17} {r['step_wall_s']:11.2f}   "
+            f"{r['episodes_per_s']:10.1f}   {r['turns_per_s']:7.1f}   {idle:>11}   {same_s}"
+        )
+    lines.append(
+        f"ray_speedup {result['ray_speedup']:.2f}x ({' vs '.join(reversed(result['ray_speedup_settings']))} "
+        f"engines+workers), trees_identical {result['trees_identical']}"
+    )
     for n, b in result.get("barrier", {}).items():
-        lines.append(f"{n} engine(s): global barrier / per-prompt step wall {b['step_wall_ratio']:.2f}x, engine idle "
-                     f"{100 * b['idle_share_global']:.0f}% vs {100 * b['idle_share_per_prompt']:.0f}%")  # fmt: skip
+        lines.append(
+            f"{n} engine(s): global barrier / per-prompt step wall {b['step_wall_ratio']:.2f}x, engine idle "
+            f"{100 * b['idle_share_global']:.0f}% vs {100 * b['idle_share_per_prompt']:.0f}%"
+        )
     for n, ratio in result.get("hf_barrier_step_wall_ratio", {}).items():
-        lines.append(f"HF engines, {n} engine(s): global barrier / per-prompt step wall {ratio:.2f}x")
+        lines.append(
+            f"HF engines, {n} engine(s): global barrier / per-prompt step wall {ratio:.2f}x"
+        )
     return "\n".join(lines)
 
 
@@ -282,13 +393,23 @@ def config_from_alloc_args(args: Any) -> EngineBenchConfig:
     """`trace-gym bench alloc --ray --engines ...` flags -> an `EngineBenchConfig`."""
     policies = [p.strip() for p in (args.policies or "").split(",") if p.strip()]
     return EngineBenchConfig(
-        preset=args.preset, steps=args.ray_steps, roots=args.roots, replays=args.replays,
-        policy=policies[0] if policies else "trace", predictor=args.predictor, m_max=args.m_max,
-        engines=_ints(args.engines, "--engines"), env_workers=args.env_workers,
+        preset=args.preset,
+        steps=args.ray_steps,
+        roots=args.roots,
+        replays=args.replays,
+        policy=policies[0] if policies else "trace",
+        predictor=args.predictor,
+        m_max=args.m_max,
+        engines=_ints(args.engines, "--engines"),
+        env_workers=args.env_workers,
         barriers=tuple(b.strip() for b in args.barrier.split(",") if b.strip()),
-        latency_s=args.latency, latency_sigma=args.latency_sigma, engine_slots=args.engine_slots,
-        max_batch=args.max_batch, hf=args.hf, address=args.ray,
-    )  # fmt: skip
+        latency_s=args.latency,
+        latency_sigma=args.latency_sigma,
+        engine_slots=args.engine_slots,
+        max_batch=args.max_batch,
+        hf=args.hf,
+        address=args.ray,
+    )
 
 
 def _ints(text: str, flag: str) -> tuple[int, ...]:

@@ -18,7 +18,6 @@ The default accounting stays 0.5; `table_cost` turns a measured table into the
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import platform
 from collections.abc import Callable
@@ -29,18 +28,12 @@ from trace_gym.errors import ConfigError
 
 __all__ = ["main", "run", "table_cost"]
 
-MEASURE = "trace_gym.agents.replay_measure:measure_replay_cost"
-ENGINES = "trace_gym.agents.engines"
 ENVS = ("trace/Sim-v0", "trace/Math-v0", "trace/HotpotQA-v0")
 
 
-def _attr(target: str) -> Any:
-    module, _, name = target.partition(":")
-    return getattr(importlib.import_module(module), name)
-
-
-def table_cost(table: dict[str, dict[str, float]], key: str = "decode",
-               default: float = 0.5) -> Callable[[int, int], float]:
+def table_cost(
+    table: dict[str, dict[str, float]], key: str = "decode", default: float = 0.5
+) -> Callable[[int, int], float]:
     """A ``Budget.cost`` from a measured ``replay_cost_by_depth`` table (one env, one engine).
 
     ``Budget(..., cost=table_cost(t))`` charges a replay from depth d the measured ratio
@@ -57,7 +50,8 @@ def table_cost(table: dict[str, dict[str, float]], key: str = "decode",
 
 
 def _policy(engine: str, model_dir: Path, sampling: dict[str, Any]) -> Any:
-    eng = importlib.import_module(ENGINES)
+    from trace_gym.agents import engines as eng
+
     if engine == "hf":
         return eng.hf_policy(model_dir, **sampling)
     if engine == "vllm":
@@ -65,47 +59,77 @@ def _policy(engine: str, model_dir: Path, sampling: dict[str, Any]) -> Any:
     raise ConfigError(f"unknown engine {engine!r}; choose hf or vllm")
 
 
-def run(*, engines: tuple[str, ...] = ("vllm", "hf"), envs: tuple[str, ...] = ENVS, tasks: int = 4,
-        max_turns: int = 6, replays: int = 1, max_new_tokens: int = 48, seed: int = 0,
-        model_dir: str | None = None) -> dict[str, Any]:
+def run(
+    *,
+    engines: tuple[str, ...] = ("vllm", "hf"),
+    envs: tuple[str, ...] = ENVS,
+    tasks: int = 4,
+    max_turns: int = 6,
+    replays: int = 1,
+    max_new_tokens: int = 48,
+    seed: int = 0,
+    model_dir: str | None = None,
+) -> dict[str, Any]:
     """Measure every (engine, env); returns the figures as a dict."""
-    eng = importlib.import_module(ENGINES)
+    from trace_gym.agents import engines as eng
+
     path = Path(model_dir) if model_dir else eng.bench_model_dir()
     sampling = dict(temperature=1.0, max_new_tokens=max_new_tokens)
-    measure = _attr(MEASURE)
+    from trace_gym.agents.replay_measure import measure_replay_cost as measure
+
     by_depth: dict[str, dict[str, Any]] = {}
     saved: dict[str, dict[str, float]] = {}
     extra: dict[str, dict[str, Any]] = {}
     for engine in engines:
         policy = _policy(engine, path, sampling)
         for env_id in envs:
-            r = measure(policy, env_id, list(range(tasks)), seed=seed, max_turns=max_turns, replays=replays)
+            r = measure(
+                policy, env_id, list(range(tasks)), seed=seed, max_turns=max_turns, replays=replays
+            )
             by_depth.setdefault(env_id, {})[engine] = r["replay_cost_by_depth"]
             saved.setdefault(env_id, {})[engine] = r["prefill_saved_share"]
-            extra.setdefault(env_id, {})[engine] = {k: r[k] for k in r if k not in
-                                                    ("replay_cost_by_depth", "prefill_saved_share")}
+            extra.setdefault(env_id, {})[engine] = {
+                k: r[k] for k in r if k not in ("replay_cost_by_depth", "prefill_saved_share")
+            }
         del policy
-    return {"replay_cost_by_depth": by_depth, "prefill_saved_share": saved, "totals": extra,
-            "accounted_replay_cost": 0.5, "model_dir": str(path), "tasks": tasks, "max_turns": max_turns,
-            "replays_per_depth": replays, "max_new_tokens": max_new_tokens,
-            "wall_note": "seconds ratios are CPU / tiny-model figures; they do not transfer to a GPU",
-            "machine": platform.machine()}
+    return {
+        "replay_cost_by_depth": by_depth,
+        "prefill_saved_share": saved,
+        "totals": extra,
+        "accounted_replay_cost": 0.5,
+        "model_dir": str(path),
+        "tasks": tasks,
+        "max_turns": max_turns,
+        "replays_per_depth": replays,
+        "max_new_tokens": max_new_tokens,
+        "wall_note": "seconds ratios are CPU / tiny-model figures; they do not transfer to a GPU",
+        "machine": platform.machine(),
+    }
 
 
 def _print(r: dict[str, Any]) -> None:
-    print("replay / full rollout, by depth (prefill handed | prefill computed | decode | wall CPU/tiny)")
+    print(
+        "replay / full rollout, by depth (prefill handed | prefill computed | decode | wall CPU/tiny)"
+    )
     for env_id, engines in r["replay_cost_by_depth"].items():
         for engine, table in engines.items():
-            print(f"{env_id} [{engine}]  prefill saved by cache: {r['prefill_saved_share'][env_id][engine]:.1%}")
+            print(
+                f"{env_id} [{engine}]  prefill saved by cache: {r['prefill_saved_share'][env_id][engine]:.1%}"
+            )
             for d, row in table.items():
-                print(f"  depth {d:>2}: {row.get('prefill', 0):.2f} | {row.get('prefill_computed', 0):.2f} | "
-                      f"{row.get('decode', 0):.2f} | {row.get('seconds', 0):.2f}   ({row['replays']} replays)")
+                print(
+                    f"  depth {d:>2}: {row.get('prefill', 0):.2f} | {row.get('prefill_computed', 0):.2f} | "
+                    f"{row.get('decode', 0):.2f} | {row.get('seconds', 0):.2f}   ({row['replays']} replays)"
+                )
 
 
 def main(argv: list[str]) -> int:
     """Entry point of `trace-gym bench replay-cost [--json PATH]`."""
-    p = argparse.ArgumentParser(prog="trace-gym bench replay-cost", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="trace-gym bench replay-cost",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--json", type=Path, help="also write the figures to this JSON file")
     p.add_argument("--engines", default="vllm,hf", help="comma-separated: vllm, hf")
     p.add_argument("--envs", default=",".join(ENVS), help="comma-separated env ids")
@@ -113,12 +137,21 @@ def main(argv: list[str]) -> int:
     p.add_argument("--max-turns", type=int, default=6)
     p.add_argument("--replays", type=int, default=1, help="replays per depth per task")
     p.add_argument("--max-new-tokens", type=int, default=48)
-    p.add_argument("--model", default=None, help="model directory (default: the cached tiny bench model)")
+    p.add_argument(
+        "--model", default=None, help="model directory (default: the cached tiny bench model)"
+    )
     p.add_argument("--seed", type=int, default=0)
     a = p.parse_args(argv)
-    r = run(engines=tuple(a.engines.split(",")), envs=tuple(a.envs.split(",")), tasks=a.tasks,
-            max_turns=a.max_turns, replays=a.replays, max_new_tokens=a.max_new_tokens, seed=a.seed,
-            model_dir=a.model)
+    r = run(
+        engines=tuple(a.engines.split(",")),
+        envs=tuple(a.envs.split(",")),
+        tasks=a.tasks,
+        max_turns=a.max_turns,
+        replays=a.replays,
+        max_new_tokens=a.max_new_tokens,
+        seed=a.seed,
+        model_dir=a.model,
+    )
     _print(r)
     if a.json:
         a.json.parent.mkdir(parents=True, exist_ok=True)

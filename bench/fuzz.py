@@ -35,14 +35,51 @@ __all__ = ["FuzzReport", "fuzz_action", "fuzz_env", "main", "step_limit_s"]
 
 #: fragments of the protocols of every env: tags, fences, calls, answers, brackets
 FRAGMENTS = (
-    "<search>", "</search>", "<answer>", "</answer>", "<tool_call>", "</tool_call>", "<think>",
-    "</think>", "```python\n", "```", "\\boxed{", "}", "{", "[", "]", "(", ")", '"', "'", "\\",
-    "action ", "answer", "print(", "import os\n", "\n", " ", "\u202e", "\x00", "\ud800", "\u0663",
-)  # fmt: skip
+    "<search>",
+    "</search>",
+    "<answer>",
+    "</answer>",
+    "<tool_call>",
+    "</tool_call>",
+    "<think>",
+    "</think>",
+    "```python\n",
+    "```",
+    "\\boxed{",
+    "}",
+    "{",
+    "[",
+    "]",
+    "(",
+    ")",
+    '"',
+    "'",
+    "\\",
+    "action ",
+    "answer",
+    "print(",
+    "import os\n",
+    "\n",
+    " ",
+    "\u202e",
+    "\x00",
+    "\ud800",
+    "\u0663",
+)
 #: code-point ranges random text is drawn from (ASCII, Latin-1, Arabic-Indic digits,
 #: combining marks, bidi controls, surrogates, CJK, private use, astral emoji)
-_RANGES = ((0x20, 0x7F), (0x00, 0x20), (0xA0, 0x100), (0x660, 0x66A), (0x300, 0x370),
-           (0x200B, 0x2030), (0xD800, 0xE000), (0x4E00, 0x4F00), (0xE000, 0xE100), (0x1F600, 0x1F650))  # fmt: skip
+_RANGES = (
+    (0x20, 0x7F),
+    (0x00, 0x20),
+    (0xA0, 0x100),
+    (0x660, 0x66A),
+    (0x300, 0x370),
+    (0x200B, 0x2030),
+    (0xD800, 0xE000),
+    (0x4E00, 0x4F00),
+    (0xE000, 0xE100),
+    (0x1F600, 0x1F650),
+)
 
 
 def _text(rng: np.random.Generator, n: int) -> str:
@@ -210,8 +247,10 @@ def _print_table(reports: list[FuzzReport]) -> None:
     print(head)
     for r in reports:
         ok = "yes" if r.exceptions == 0 and r.within_limit else "NO"
-        print(f"{r.env_id:<20} {r.actions:>8} {r.exceptions:>10} {r.rejected_too_long:>8} {r.mean_ms:>8.2f} "
-              f"{r.p50_ms:>8.2f} {r.p99_ms:>8.2f} {r.max_s:>7.3f} {r.limit_s + 1:>9.1f}  {ok}")  # fmt: skip
+        print(
+            f"{r.env_id:<20} {r.actions:>8} {r.exceptions:>10} {r.rejected_too_long:>8} {r.mean_ms:>8.2f} "
+            f"{r.p50_ms:>8.2f} {r.p99_ms:>8.2f} {r.max_s:>7.3f} {r.limit_s + 1:>9.1f}  {ok}"
+        )
         for i, line, action in r.examples:
             print(f"    action {i}: {line}  <- {action[:100]}")
 
