@@ -59,6 +59,10 @@ class Candidate:
     #: multi-env mixture a long-horizon env's rollouts cost more (`trace_gym.mixture`);
     #: a cost-aware root solver then keeps sum(cost x rollouts) within the budget
     cost: float = 1.0
+    #: how sure the predictor is of `value`: the a + b of its Beta(a, b) belief with mean
+    #: `value` (`trace_gym.predict.base.UncertainPredictor`); None for a point estimate.
+    #: The posterior objective (TRACE ``objective="posterior"``) reads it
+    concentration: float | None = None
 
 
 @dataclass(frozen=True)
@@ -82,6 +86,8 @@ class PrefixCandidate:
     true_value: float | None = None
     #: total turns of the rollout the prefix lies on
     rollout_turns: int = 0
+    #: a + b of the predictor's Beta belief about `value` (None: a point estimate)
+    concentration: float | None = None
 
 
 @runtime_checkable

@@ -17,7 +17,7 @@ import numpy as np
 
 from trace_gym.tree import RolloutTree
 
-__all__ = ["Predictor", "State", "serialize", "states_from_tree"]
+__all__ = ["Predictor", "State", "UncertainPredictor", "serialize", "states_from_tree"]
 
 #: separators of the shared serialisation (kept stable: predictors are trained on it)
 PROMPT_TAG, ACTION_TAG, OBS_TAG = "<|prompt|>", "<|action|>", "<|observation|>"
@@ -82,4 +82,24 @@ class Predictor(Protocol):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore `state_dict()` output into a predictor built with the same options."""
+        ...
+
+
+@runtime_checkable
+class UncertainPredictor(Predictor, Protocol):
+    """A predictor that also says how sure it is, and whether it has seen any data.
+
+    Its belief about a state's success probability is Beta(a, b) with mean
+    ``predict(states)`` and ``a + b = concentration(states)`` (``inf``: a point value).
+    The runner copies the concentration into `trace_gym.alloc.base.Candidate` /
+    `PrefixCandidate` records, where the posterior objective reads it. ``has_data`` is
+    False until the first `update` with any weight: with no data the runner allocates
+    roots as the uniform baseline does instead of ranking on a constant.
+    """
+
+    @property
+    def has_data(self) -> bool: ...
+
+    def concentration(self, states: Sequence[State]) -> np.ndarray:
+        """a + b of each state's Beta belief (float array, same order; > 0, may be inf)."""
         ...

@@ -1,0 +1,123 @@
+"""Predictor health: the figures that say whether a predictor's values help allocation.
+
+TRACE spends budget where ``v (1 - v)`` is high (the chance a group of rollouts mixes
+success and failure), so what matters is how well that ranks true mixedness, not how
+well v ranks success. Spearman(v, Z) can be high while Spearman(v (1 - v), Z (1 - Z))
+is near 0: a predictor that orders easy above hard prompts but cannot tell which are
+near 0.5. The figures (docs/alloc.md, "Predictor health"):
+
+- `gain_rank`: Spearman of ``v (1 - v)`` against the reference mixedness ``z (1 - z)``,
+  with z the exact success probability (simulator) or a group's realised success rate
+  (real envs: the mean of its leaves);
+- `ece`: expected calibration error over 10 equal-width bins of v, each bin's
+  ``|mean v - mean outcome|`` weighted by its share of outcomes;
+- `brier`: mean squared error of v against the 0/1 outcomes (a group of n leaves with
+  success rate r counts as n outcomes: ``(v - r)^2 + r (1 - r)`` each);
+- `distinct`: how many different values the predictor gave (1: a constant, which ranks
+  nothing).
+
+All are pure numpy; `health` computes them together for one set of states.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+from trace_gym.predict.training import spearman
+
+__all__ = ["brier", "distinct", "ece", "gain_rank", "health"]
+
+
+def _arrays(*xs: Sequence[float] | np.ndarray) -> list[np.ndarray]:
+    out = [np.asarray(x, dtype=float).ravel() for x in xs]
+    if len({a.size for a in out}) > 1:
+        raise ValueError(f"lengths differ: {[a.size for a in out]}")
+    return out
+
+
+def gain_rank(values: Sequence[float], reference: Sequence[float]) -> float:
+    """Spearman(v (1 - v), z (1 - z)); nan with fewer than 2 states or a constant side."""
+    v, z = _arrays(values, reference)
+    return spearman(v * (1.0 - v), z * (1.0 - z))
+
+
+def _weights(n: int, weights: Sequence[float] | np.ndarray | None) -> np.ndarray:
+    w = np.ones(n) if weights is None else np.asarray(weights, dtype=float).ravel()
+    if w.size != n or np.any(w < 0):
+        raise ValueError("weights must be one non-negative number per state")
+    return w
+
+
+def ece(
+    values: Sequence[float],
+    outcomes: Sequence[float],
+    weights: Sequence[float] | np.ndarray | None = None,
+    bins: int = 10,
+) -> float:
+    """Expected calibration error over `bins` equal-width bins of v (nan with no weight).
+
+    `outcomes` are success rates in [0, 1] (a single rollout's 0/1 reward, or a group's
+    mean); `weights` the outcomes behind each (a group's leaf count; default 1).
+    """
+    v, y = _arrays(values, outcomes)
+    w = _weights(v.size, weights)
+    total = float(w.sum())
+    if total <= 0:
+        return math.nan
+    which = np.minimum((np.clip(v, 0.0, 1.0) * bins).astype(int), bins - 1)
+    err = 0.0
+    for b in np.unique(which):
+        sel = which == b
+        wb = float(w[sel].sum())
+        if wb > 0:
+            err += wb * abs(float(w[sel] @ v[sel]) / wb - float(w[sel] @ y[sel]) / wb)
+    return err / total
+
+
+def brier(
+    values: Sequence[float],
+    outcomes: Sequence[float],
+    weights: Sequence[float] | np.ndarray | None = None,
+) -> float:
+    """Mean squared error of v over the 0/1 outcomes behind each state (nan with none).
+
+    A state with outcome rate r over w outcomes contributes w ((v - r)^2 + r (1 - r)):
+    the sum of (v - y)^2 over its w individual outcomes.
+    """
+    v, r = _arrays(values, outcomes)
+    w = _weights(v.size, weights)
+    total = float(w.sum())
+    if total <= 0:
+        return math.nan
+    return float(w @ ((v - r) ** 2 + r * (1.0 - r))) / total
+
+
+def distinct(values: Sequence[float], decimals: int = 6) -> int:
+    """Number of different values (rounded to `decimals`)."""
+    v = np.asarray(values, dtype=float).ravel()
+    return int(np.unique(np.round(v, decimals)).size)
+
+
+def health(
+    values: Sequence[float],
+    reference: Sequence[float],
+    outcomes: Sequence[float] | None = None,
+    weights: Sequence[float] | np.ndarray | None = None,
+) -> dict[str, float]:
+    """``{"gain_rank", "ece", "brier", "distinct", "n"}`` for one set of states.
+
+    `reference` is what `gain_rank` ranks against (exact z, or realised rates);
+    calibration is measured against `outcomes` (default: the reference) with `weights`.
+    """
+    v, z = _arrays(values, reference)
+    y = z if outcomes is None else _arrays(outcomes)[0]
+    return {
+        "gain_rank": gain_rank(v, z),
+        "ece": ece(v, y, weights),
+        "brier": brier(v, y, weights),
+        "distinct": float(distinct(v)),
+        "n": float(v.size),
+    }
