@@ -14,6 +14,7 @@ import re
 
 import pytest
 
+from trace_gym.realdata import MISSING
 from trace_gym.testing import CountdownEnv, RandomCountdownPolicy
 
 pytest_plugins = ["pytester"]  # tests/test_skip_guard.py runs small suites under this conftest
@@ -29,6 +30,10 @@ ALLOWED_SKIPS: dict[str, re.Pattern[str]] = {
     # verdicts, so it lives in its own venv: scripts/setup_verl_venv.sh; CI runs the `verl`
     # tests there with TRACE_GYM_REQUIRE=verl (.ci/run)
     "verl": re.compile(r"\bverl\b", re.IGNORECASE),
+    # the real data sets (trace_gym.realdata: $TRACE_GYM_DATA, default <repo>/../shared/data)
+    # are not shipped; a fresh clone without them skips those tests, CI sets
+    # TRACE_GYM_REQUIRE=data so they must run there
+    "data": re.compile(re.escape(MISSING), re.IGNORECASE),
     # vllm runs on GPU machines only (the `vllm` extra is not part of `all`)
     "vllm": re.compile(r"vllm", re.IGNORECASE),
     # chromium + chromium-driver come from apt, which the set-up runs only as root: where

@@ -71,3 +71,36 @@ def test_required_extra_turns_its_skip_into_a_failure(pytester, monkeypatch):
     result = pytester.runpytest("-p", "no:cacheprovider")
     result.assert_outcomes(failed=1, skipped=1)
     result.stdout.fnmatch_lines(["*skip outside the allow-list*pyserini is not installed*"])
+
+
+def test_absent_real_data_skips_and_is_required_where_asked(pytester, monkeypatch):
+    pytester.makeconftest(CONFTEST.read_text())
+    pytester.makepyfile(
+        """
+        import pytest
+
+        from trace_gym.realdata import missing, path_of
+
+        def test_needs_math():
+            if not path_of("math").is_dir():
+                pytest.skip(missing("math"))
+        """
+    )
+    monkeypatch.setenv("TRACE_GYM_DATA", str(pytester.path / "no_data_here"))
+    result = pytester.runpytest("-p", "no:cacheprovider", "-rs")
+    result.assert_outcomes(skipped=1)
+    result.stdout.fnmatch_lines(["*real data set missing: math*TRACE_GYM_DATA*"])
+    monkeypatch.setenv("TRACE_GYM_REQUIRE", "data")
+    result = pytester.runpytest("-p", "no:cacheprovider")
+    result.assert_outcomes(failed=1)
+
+
+def test_the_data_root_follows_the_environment(monkeypatch, tmp_path):
+    from trace_gym.realdata import SETS, data_root, missing, path_of
+
+    monkeypatch.setenv("TRACE_GYM_DATA", str(tmp_path))
+    assert data_root() == tmp_path and path_of("math") == tmp_path / "math"
+    for name in SETS:
+        assert str(path_of(name)) in missing(name) and "TRACE_GYM_DATA" in missing(name)
+    monkeypatch.delenv("TRACE_GYM_DATA")
+    assert data_root().parts[-2:] == ("shared", "data")

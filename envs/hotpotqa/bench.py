@@ -37,6 +37,8 @@ from trace_gym.envs.hotpotqa.data import (
 )
 from trace_gym.envs.hotpotqa.retrievers import BM25Retriever, Hit, Retriever
 
+from trace_gym.realdata import path_of
+
 __all__ = ["main", "recall_at_k", "run_policy"]
 
 log = logging.getLogger(__name__)
@@ -44,8 +46,8 @@ REAL_SAMPLE = "hotpotqa/hotpot_distractor_sample_500.jsonl"
 
 
 def default_real_path() -> Path:
-    """`<repo>/../shared/data/hotpotqa/hotpot_distractor_sample_500.jsonl`."""
-    return Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / REAL_SAMPLE
+    """The real HotpotQA sample under ``$TRACE_GYM_DATA`` (`trace_gym.realdata`)."""
+    return path_of("hotpotqa")
 
 
 def recall_at_k(

@@ -7,6 +7,9 @@
   dataset=OUT)`` reads.
 - ``trace-gym data fetch SOURCE OUT``: download a public set through the Hugging Face
   ``datasets`` library (needs network and ``pip install datasets``), then convert it.
+- ``trace-gym data sets``: the real data sets the tests and benchmarks read
+  (`trace_gym.realdata`): where each is looked for (``$TRACE_GYM_DATA``), whether it is
+  there, and how to get it.
 
 Errors are one line and exit code 2.
 """
@@ -85,15 +88,31 @@ def _parser() -> argparse.ArgumentParser:
         "--split", default=None, help="dataset split (default: the source's dev/validation split)"
     )
     f.add_argument("--limit", type=int, default=None)
+    sub.add_parser("sets", help="the real data sets tests read: where, found or not, how to get")
     return ap
+
+
+def print_sets() -> None:
+    """One block per real data set: its path under $TRACE_GYM_DATA, found or not, how to get it."""
+    from trace_gym.realdata import ENV_VAR, SETS, data_root, path_of
+
+    print(f"data root: {data_root()} (${ENV_VAR})")
+    for name, s in SETS.items():
+        where = path_of(name)
+        print(
+            f"{name}: {'found' if where.exists() else 'MISSING'} at {where}\n  {s.what}\n  get it: {s.how}"
+        )
 
 
 def main(argv: list[str]) -> int:
     """Convert or fetch HotpotQA data (see the module docstring)."""
     args = _parser().parse_args(argv)
-    if args.limit is not None and args.limit < 1:
+    if getattr(args, "limit", None) is not None and args.limit < 1:
         print(f"trace-gym data: --limit must be >= 1, got {args.limit}", file=sys.stderr)
         return 2
+    if args.cmd == "sets":
+        print_sets()
+        return 0
     try:
         if args.cmd == "convert":
             n = convert(args.src, args.out, args.limit)

@@ -28,9 +28,11 @@ from typing import Any, NamedTuple
 
 from trace_gym.envs.math.data import load_dataset
 
+from trace_gym.realdata import path_of
+
 __all__ = ["Pair", "build_pairs", "equivalent_rewrite", "main", "perturb", "run"]
 
-DATA_DIR = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "math"
+DATA_DIR = path_of("math")
 FILES = ("train_aime.json", "test_math500.json", "train_math.json")
 
 _INT = re.compile(r"-?\d+")

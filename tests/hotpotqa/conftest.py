@@ -6,14 +6,16 @@ from pathlib import Path
 
 import pytest
 
+from trace_gym.realdata import missing, path_of
+
 REPO = Path(__file__).resolve().parents[2]
-REAL_SAMPLE = REPO / ".." / "shared" / "data" / "hotpotqa" / "hotpot_distractor_sample_500.jsonl"
+REAL_SAMPLE = path_of("hotpotqa")
 
 
 @pytest.fixture(scope="session")
 def real_sample() -> Path:
     if not REAL_SAMPLE.exists():
-        pytest.skip(f"real HotpotQA sample not found at {REAL_SAMPLE} (shared data folder absent)")
+        pytest.skip(missing("hotpotqa"))
     return REAL_SAMPLE
 
 

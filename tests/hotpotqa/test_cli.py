@@ -143,3 +143,14 @@ def test_bench_retrieval_smoke(real_sample, tmp_path):
     assert report["bm25_passages"] == 6000 and report["bm25_qps"] > 0 and report["build_s"] > 0
     assert report["scripted_em_bundled"]["em"] >= 0.9 and "recall@10" in report["bm25_real"]
     assert "bm25_qps" in out.stdout
+
+
+def test_data_sets_says_where_each_real_set_is_and_how_to_get_it(tmp_path, monkeypatch, capsys):
+    from trace_gym.cli import main
+
+    (tmp_path / "math").mkdir()
+    monkeypatch.setenv("TRACE_GYM_DATA", str(tmp_path))
+    assert main(["data", "sets"]) == 0
+    out = capsys.readouterr().out
+    assert f"math: found at {tmp_path / 'math'}" in out
+    assert "hotpotqa: MISSING at" in out and "trace-gym data fetch hotpot_qa-distractor" in out

@@ -10,8 +10,10 @@ import pytest
 from trace_gym.envs.math.env import MathEnv
 from trace_gym.envs.math.sandbox import Sandbox
 
+from trace_gym.realdata import missing, path_of
+
 FAST_SANDBOX = {"cell_timeout_s": 2.0, "cell_cpu_s": 1.5, "memory_mb": 768, "max_snapshots": 8}
-DATA = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "math"
+DATA = path_of("math")
 
 
 def uid_processes(uid: int | None) -> list[int]:
@@ -81,5 +83,5 @@ def leftovers():
 @pytest.fixture
 def math_data_dir() -> Path:
     if not DATA.is_dir():
-        pytest.skip(f"real math data not found at {DATA} (expected <repo>/../shared/data/math)")
+        pytest.skip(missing("math"))
     return DATA
