@@ -9,6 +9,9 @@ import pytest
 from trace_gym.envs.math.env import MathEnv
 
 HOST_MARKER = Path("/tmp") / f"trace-gym-hostile-{os.getpid()}"
+#: the checkout lies under /tmp, which inside the sandbox is a private tmpfs: a write to the
+#: checkout's path there lands in that tmpfs, so only the host file can tell an escape
+UNDER_TMP = Path(__file__).resolve().is_relative_to("/tmp")
 
 # (name, code, statuses the cell may end with, text the observation must contain)
 HOSTILE = [
@@ -43,11 +46,13 @@ HOSTILE = [
         {"error", "ok"},
         "",
     ),
+    # what counts is the host file (checked after every cell); a checkout under /tmp is
+    # also a path inside the sandbox's private /tmp, where the write succeeds harmlessly
     (
         "write_project",
         f"open({str(Path(__file__).resolve().parents[2] / 'PWNED')!r}, 'w').write('x')",
-        {"error"},
-        "Error",
+        {"error", "ok"} if UNDER_TMP else {"error"},
+        "" if UNDER_TMP else "Error",
     ),
     ("write_etc", "open('/etc/passwd', 'a').write('evil')", {"error"}, "Error"),
     (
