@@ -26,9 +26,9 @@ __all__ = ["build_index", "detect_format", "main"]
 
 def detect_format(path: Path) -> str:
     """'wiki18' or 'hotpotqa', from the first record of the file."""
-    from trace_gym.envs.hotpotqa.data import _open_text
+    from trace_gym.envs.hotpotqa.data import open_text
 
-    with _open_text(path) as f:
+    with open_text(path) as f:
         first = f.readline()
         while first and not first.strip():
             first = f.readline()

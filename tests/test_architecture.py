@@ -310,6 +310,28 @@ def deprecated_aliases() -> frozenset[str]:
     return frozenset(DEPRECATED_ALIASES)
 
 
+def private_imports(modules: dict[str, Path]) -> list[str]:
+    """Each ``from m import _name`` of a project module `m` where ``_name`` is a helper,
+    not a private submodule of `m` (``from pkg import _judge`` inside pkg is fine)."""
+    out = []
+    for module, path in sorted(modules.items()):
+        tree = ast.parse(path.read_text(), filename=str(path))
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.ImportFrom):
+                continue
+            for alias, target in zip(
+                node.names, _targets(node, module, path.name == "__init__.py"), strict=True
+            ):
+                name = alias.name
+                private = name.startswith("_") and not name.startswith("__")
+                source = target.rpartition(".")[0]
+                if private and source in modules and target not in modules:
+                    out.append(
+                        f"{path.relative_to(ROOT)}:{node.lineno} imports {name} from {source}"
+                    )
+    return out
+
+
 def layer_of(module: str) -> int | None:
     for i, layer in enumerate(STEP_LAYERS):
         if _in(module, layer):
@@ -405,6 +427,12 @@ def test_no_package_cycles():
     assert not bad, _report("cycles between packages", bad)
 
 
+def test_no_private_helper_is_imported_across_modules():
+    modules, _ = import_graph()
+    bad = private_imports(modules)
+    assert not bad, _report("private helpers imported from another module (make them public)", bad)
+
+
 def test_step_layers_import_downward_only():
     _, edges = import_graph()
     bad = layer_violations(edges)
@@ -433,7 +461,11 @@ def test_checker_finds_lazy_typechecking_and_relative_imports(tmp_path, monkeypa
                 "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .runner import Runner\n"
             ),
             "trace_gym/alloc/__init__.py": "from .policies import make\n",
-            "trace_gym/alloc/policies.py": "def make():\n    from trace_gym.agents.tiny import model\n",
+            "trace_gym/alloc/policies.py": (
+                "def make():\n    from trace_gym.agents.tiny import model\n"
+                "from . import _shared\nfrom ._shared import _helper, __version__\n"
+            ),
+            "trace_gym/alloc/_shared.py": "",
             "trace_gym/plan.py": "import trace_gym.runner\n",
             "agents/__init__.py": "",
             "agents/tiny.py": "import trace_gym.alloc\nmodel = 1\n",
@@ -450,6 +482,7 @@ def test_checker_finds_lazy_typechecking_and_relative_imports(tmp_path, monkeypa
         ("trace_gym.scheduling", "trace_gym.runner"),
         ("trace_gym.alloc", "trace_gym.alloc.policies"),
         ("trace_gym.alloc.policies", "trace_gym.agents.tiny"),
+        ("trace_gym.alloc.policies", "trace_gym.alloc._shared"),
         ("trace_gym.plan", "trace_gym.runner"),
         ("trace_gym.agents.tiny", "trace_gym.alloc"),
         ("trace_gym.tree", "trace_gym.corpora"),
@@ -470,6 +503,10 @@ def test_checker_finds_lazy_typechecking_and_relative_imports(tmp_path, monkeypa
         "trace_gym.agents.tiny <-> trace_gym.alloc <-> trace_gym.alloc.policies" in c
         for c in cycles
     )
+    # a private submodule of its own package may be imported; a private helper may not
+    assert private_imports(modules) == [
+        "trace_gym/alloc/policies.py:4 imports _helper from trace_gym.alloc._shared"
+    ]
     layers = layer_violations(edges)
     assert "trace_gym.plan -> trace_gym.runner (trace_gym/plan.py:1)" in layers
     assert "trace_gym.scheduling -> trace_gym.runner (trace_gym/scheduling.py:3)" in layers

@@ -13,10 +13,10 @@ import sys
 
 from trace_gym.errors import ConfigError
 
-__all__ = ["main"]
+__all__ = ["main", "parse_value"]
 
 
-def _value(text: str):
+def parse_value(text: str):
     """Parse an override value as JSON when it is JSON (numbers, booleans, lists), else a string."""
     try:
         return json.loads(text)
@@ -71,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"trace-gym train: --set needs KEY=VALUE, got {item!r}", file=sys.stderr)
             return 2
         k, v = item.split("=", 1)
-        overrides[k.strip()] = _value(v)
+        overrides[k.strip()] = parse_value(v)
     if args.out_dir:
         overrides["out_dir"] = args.out_dir
     try:

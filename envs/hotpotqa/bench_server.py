@@ -198,12 +198,12 @@ def _measure(
 
 
 def _corpus(args: argparse.Namespace) -> tuple[list[Any], list[str]]:
-    from trace_gym.envs.hotpotqa.bench import _pad_corpus, default_real_path
+    from trace_gym.envs.hotpotqa.bench import default_real_path, pad_corpus
     from trace_gym.envs.hotpotqa.data import context_passages, load_hotpotqa
 
     real_path = args.real or default_real_path()
     tasks = load_hotpotqa(real_path) if real_path.exists() else []
-    corpus = _pad_corpus(context_passages(tasks), args.passages, args.seed)[: args.passages]
+    corpus = pad_corpus(context_passages(tasks), args.passages, args.seed)[: args.passages]
     queries = [t.question for t in tasks] or [p.title for p in corpus[:2000]]
     return corpus, queries
 
