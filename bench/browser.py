@@ -15,13 +15,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from trace_gym.errors import TraceGymError
+
 __all__ = ["INSTALL", "BrowserMissing", "Page", "open_page"]
 
 CHROMEDRIVER = "/usr/bin/chromedriver"
 INSTALL = "apt-get install -y chromium chromium-driver (as root; `make setup` does it) and pip install -e '.[dev]' (selenium)"
 
 
-class BrowserMissing(RuntimeError):
+class BrowserMissing(TraceGymError, RuntimeError):
     """chromium, chromium-driver or selenium is not installed (the message says how to)."""
 
 

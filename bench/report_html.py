@@ -23,6 +23,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from trace_gym.errors import TraceGymError
+
 __all__ = ["ReportError", "main", "read_metrics", "run_report", "write_index"]
 
 #: rows of one CSV shown in the page (the file has them all)
@@ -34,7 +36,7 @@ td,th{border:1px solid #ddd;padding:2px 6px;text-align:right}th{background:#ecef
 img{max-width:640px;border:1px solid #ddd}.met{color:#2e7d32}.not{color:#c62828}table.goals td{text-align:left}"""
 
 
-class ReportError(Exception):
+class ReportError(TraceGymError):
     """A run directory the report cannot read (one line for the CLI)."""
 
 

@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from trace_gym.errors import TreeFormatError
+from trace_gym.errors import TraceGymError, TreeFormatError
 from trace_gym.tree import FAILURE_KINDS, Node, RolloutTree, load_trees
 
 __all__ = [
@@ -69,7 +69,7 @@ _SURROGATE = re.compile("[\ud800-\udfff]")
 _DATA_RE = re.compile(r'<script type="application/json" id="trace-data">(.*?)</script>', re.S)
 
 
-class ViewError(Exception):
+class ViewError(TraceGymError):
     """A tree file the viewer cannot show (the message is one line for the CLI)."""
 
 

@@ -13,6 +13,7 @@ Each check lists every violation with its file and line, so one run shows all of
 from __future__ import annotations
 
 import ast
+import builtins
 import re
 from collections import deque
 from dataclasses import dataclass
@@ -61,6 +62,17 @@ REGISTRATION_TABLES: dict[str, tuple[str, ...]] = {
 OUTWARD_STRING = re.compile(r"trace_gym\.(?:envs|agents|trainers|bench)(?:\.\w+)*(?::[\w.]+)?")
 #: the calls that import a module named at run time
 DYNAMIC_IMPORTS = ("import_module", "__import__")
+
+#: the project's base error: every exception class derives from it (trace_gym/errors.py)
+BASE_ERROR = "TraceGymError"
+#: exception classes that may not derive from it, path:Class -> why
+FOREIGN_EXCEPTIONS: dict[str, str] = {
+    # runs inside the math sandbox, which imports nothing from trace_gym; a BaseException
+    # so that the sandboxed code's own `except Exception` cannot swallow the CPU limit
+    "envs/math/_sandbox_worker.py:CpuLimit": "sandbox-side, BaseException by design",
+    # the answer grammar also runs inside the sandbox (``python -s _judge.py``)
+    "envs/math/_judge.py:ParseError": "sandbox-side, imports nothing from trace_gym",
+}
 
 #: longest function allowed, in lines from `def` to its last line
 MAX_FUNCTION_LINES = 60
@@ -332,6 +344,47 @@ def private_imports(modules: dict[str, Path]) -> list[str]:
     return out
 
 
+def _class_bases(roots: tuple[str, ...]) -> dict[str, tuple[str, set[str]]]:
+    """Every class of the roots: path:Class -> (Class, the simple names of its bases)."""
+    out = {}
+    for folder in roots:
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+                if isinstance(node, ast.ClassDef):
+                    bases = {
+                        b.attr if isinstance(b, ast.Attribute) else getattr(b, "id", "")
+                        for b in node.bases
+                    }
+                    out[f"{path.relative_to(ROOT)}:{node.name}"] = (node.name, bases)
+    return out
+
+
+def foreign_exceptions(roots: tuple[str, ...] = tuple(ROOTS)) -> list[str]:
+    """Each exception class (a subclass of a built-in exception, seen through the project's
+    own classes by simple name) that does not derive from `BASE_ERROR`."""
+    classes = _class_bases(roots)
+    by_name: dict[str, set[str]] = {}
+    for name, bases in classes.values():
+        by_name.setdefault(name, set()).update(bases)
+
+    def reaches(name: str, goal, seen: frozenset[str] = frozenset()) -> bool:
+        if goal(name):
+            return True
+        return any(reaches(b, goal, seen | {name}) for b in by_name.get(name, ()) if b not in seen)
+
+    def builtin_exception(name: str) -> bool:
+        obj = getattr(builtins, name, None)
+        return isinstance(obj, type) and issubclass(obj, BaseException)
+
+    return [
+        where
+        for where, (name, _) in sorted(classes.items())
+        if reaches(name, builtin_exception)
+        and not reaches(name, lambda n: n == BASE_ERROR)
+        and where not in FOREIGN_EXCEPTIONS
+    ]
+
+
 def layer_of(module: str) -> int | None:
     for i, layer in enumerate(STEP_LAYERS):
         if _in(module, layer):
@@ -431,6 +484,16 @@ def test_no_private_helper_is_imported_across_modules():
     modules, _ = import_graph()
     bad = private_imports(modules)
     assert not bad, _report("private helpers imported from another module (make them public)", bad)
+
+
+def test_every_exception_derives_from_the_base_error():
+    bad = foreign_exceptions()
+    assert not bad, _report(
+        f"exception classes not under {BASE_ERROR} (re-parent them, or list the reason in "
+        "FOREIGN_EXCEPTIONS)",
+        bad,
+    )
+    assert set(FOREIGN_EXCEPTIONS) <= set(_class_bases(tuple(ROOTS)))  # the list cannot rot
 
 
 def test_step_layers_import_downward_only():
@@ -587,3 +650,25 @@ def test_checker_finds_package_cycles_that_no_module_cycle_shows(tmp_path, monke
         "    trace_gym.predict -> trace_gym.sim (trace_gym/predict/oracle.py:2)\n"
         "    trace_gym.sim -> trace_gym.predict (trace_gym/sim/quality.py:2)"
     ]
+
+
+def test_checker_finds_exceptions_outside_the_base_error(tmp_path, monkeypatch):
+    _write(
+        tmp_path,
+        {
+            "trace_gym/errors.py": (
+                "class TraceGymError(Exception): ...\n"
+                "class ConfigError(TraceGymError, ValueError): ...\n"
+            ),
+            "envs/a.py": (
+                "import errors\n"
+                "class Mine(ConfigError): ...\n"
+                "class Qualified(errors.TraceGymError): ...\n"
+                "class Stray(ValueError): ...\n"
+                "class Deep(Stray): ...\n"
+                "class NotAnError(dict): ...\n"
+            ),
+        },
+    )
+    monkeypatch.setitem(globals(), "ROOT", tmp_path)
+    assert foreign_exceptions(("trace_gym", "envs")) == ["envs/a.py:Deep", "envs/a.py:Stray"]
