@@ -385,6 +385,22 @@ def foreign_exceptions(roots: tuple[str, ...] = tuple(ROOTS)) -> list[str]:
     ]
 
 
+def attribute_docstrings(roots: tuple[str, ...] = tuple(ROOTS)) -> list[str]:
+    """Each string statement right after an assignment (a field documented by a docstring;
+    the project's style is a ``#:`` comment above the field), as path:line."""
+    out = []
+    for folder in roots:
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+                body = getattr(node, "body", None)
+                body = body if isinstance(body, list) else []
+                for a, b in zip(body, body[1:], strict=False):
+                    doc = isinstance(b, ast.Expr) and isinstance(b.value, ast.Constant)
+                    if doc and isinstance(a, (ast.Assign, ast.AnnAssign)):
+                        out.append(f"{path.relative_to(ROOT)}:{b.lineno}")
+    return out
+
+
 def layer_of(module: str) -> int | None:
     for i, layer in enumerate(STEP_LAYERS):
         if _in(module, layer):
@@ -494,6 +510,11 @@ def test_every_exception_derives_from_the_base_error():
         bad,
     )
     assert set(FOREIGN_EXCEPTIONS) <= set(_class_bases(tuple(ROOTS)))  # the list cannot rot
+
+
+def test_fields_are_documented_with_comments():
+    bad = attribute_docstrings()
+    assert not bad, _report("attribute docstrings (write a `#:` comment above the field)", bad)
 
 
 def test_step_layers_import_downward_only():
@@ -672,3 +693,24 @@ def test_checker_finds_exceptions_outside_the_base_error(tmp_path, monkeypatch):
     )
     monkeypatch.setitem(globals(), "ROOT", tmp_path)
     assert foreign_exceptions(("trace_gym", "envs")) == ["envs/a.py:Deep", "envs/a.py:Stray"]
+
+
+def test_checker_finds_attribute_docstrings(tmp_path, monkeypatch):
+    _write(
+        tmp_path,
+        {
+            "envs/a.py": (
+                '"""Module doc."""\n'
+                "X = 1\n"
+                '"""x"""\n'
+                "class C:\n"
+                '    """Class doc."""\n'
+                "    #: fine\n"
+                "    y: int = 0\n"
+                "    z: int = 0\n"
+                '    """not fine"""\n'
+            ),
+        },
+    )
+    monkeypatch.setitem(globals(), "ROOT", tmp_path)
+    assert attribute_docstrings(("envs",)) == ["envs/a.py:3", "envs/a.py:9"]

@@ -44,8 +44,8 @@ class Pair(NamedTuple):
 
     pred: str
     ref: str
+    #: 'self', 'rewrite', 'perturbed' or 'other' (another problem's answer)
     kind: str
-    """'self', 'rewrite', 'perturbed' or 'other' (another problem's answer)"""
     equal: bool
     source: str
 
