@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from trace_gym.cli import Parser
 from trace_gym.errors import TraceGymError
 
 __all__ = ["INSTALL", "BrowserMissing", "Page", "open_page"]
@@ -118,10 +119,9 @@ def open_page(
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m trace_gym.bench.browser PAGE.html OUT.png``: a screenshot of any local page."""
-    import argparse
     import sys
 
-    p = argparse.ArgumentParser(prog="python -m trace_gym.bench.browser", description=main.__doc__)
+    p = Parser(prog="python -m trace_gym.bench.browser", description=main.__doc__)
     p.add_argument("page", type=Path)
     p.add_argument("png", type=Path)
     p.add_argument("--height", type=int, default=1000)

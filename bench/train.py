@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from trace_gym.cli import Parser
 from trace_gym.errors import ConfigError, TraceGymError
 
 __all__ = [
@@ -448,7 +449,7 @@ def _config(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="trace-gym bench train", description=__doc__.split("\n\n")[0])
+    p = Parser(prog="trace-gym bench train", description=__doc__.split("\n\n")[0])
     p.add_argument(
         "--config", help="a training config (default: the tiny CPU config of this module)"
     )

@@ -16,7 +16,6 @@ server, and nothing beyond the standard library on the Python side.
 
 from __future__ import annotations
 
-import argparse
 import gzip
 import html
 import json
@@ -34,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from trace_gym.cli import Parser
 from trace_gym.errors import TraceGymError, TreeFormatError
 from trace_gym.tree import FAILURE_KINDS, Node, RolloutTree, load_trees
 
@@ -339,7 +339,7 @@ def screenshot(page: Path, png: Path) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="trace-gym view", description=__doc__.splitlines()[0])
+    p = Parser(prog="trace-gym view", description=__doc__.splitlines()[0])
     p.add_argument(
         "trees", nargs="+", help="tree files (JSONL, .gz) or folders of them (a run's trees/)"
     )

@@ -21,7 +21,6 @@ scripted policy in `trace_gym.envs.hotpotqa.scripted` parses.
 
 from __future__ import annotations
 
-import argparse
 import gzip
 import json
 from dataclasses import dataclass, field
@@ -29,6 +28,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from trace_gym.cli import Parser
 
 HERE = Path(__file__).resolve().parent
 QUESTIONS_FILE = HERE / "hotpotqa_default.jsonl.gz"
@@ -614,7 +615,7 @@ def build(
 
 def main(argv: list[str] | None = None) -> int:
     """Regenerate the bundled HotpotQA-format files."""
-    ap = argparse.ArgumentParser(description=main.__doc__)
+    ap = Parser(description=main.__doc__)
     ap.add_argument("--out", type=Path, default=HERE)
     ap.add_argument("--seed", type=int, default=DEFAULT_SEED)
     ap.add_argument("--bridge", type=int, default=320)

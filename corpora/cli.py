@@ -14,12 +14,13 @@ The index directory is what ``gym.make("trace/HotpotQA-v0", retriever=DIR)`` and
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
 from pathlib import Path
 from typing import Any
+
+from trace_gym.cli import Parser
 
 __all__ = ["build_index", "detect_format", "main"]
 
@@ -99,9 +100,7 @@ def build_index(
 
 
 def _build_main(argv: list[str]) -> int:
-    ap = argparse.ArgumentParser(
-        prog="trace-gym corpus build", description="Build a retrieval index from a corpus."
-    )
+    ap = Parser(prog="trace-gym corpus build", description="Build a retrieval index from a corpus.")
     ap.add_argument(
         "--input", required=True, type=Path, help="wiki-18 JSONL or HotpotQA JSON/JSONL (.gz ok)"
     )

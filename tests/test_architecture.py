@@ -401,6 +401,20 @@ def attribute_docstrings(roots: tuple[str, ...] = tuple(ROOTS)) -> list[str]:
     return out
 
 
+def plain_parsers(roots: tuple[str, ...] = tuple(ROOTS)) -> list[str]:
+    """Each ``argparse.ArgumentParser(...)`` built in the roots outside `trace_gym.cli.Parser`
+    (every command's parser is a `Parser`, whose usage errors the CLI reports), path:line."""
+    out = []
+    for folder in roots:
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+                fn = node.func if isinstance(node, ast.Call) else None
+                name = fn.attr if isinstance(fn, ast.Attribute) else getattr(fn, "id", None)
+                if name == "ArgumentParser":
+                    out.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    return out
+
+
 def layer_of(module: str) -> int | None:
     for i, layer in enumerate(STEP_LAYERS):
         if _in(module, layer):
@@ -515,6 +529,13 @@ def test_every_exception_derives_from_the_base_error():
 def test_fields_are_documented_with_comments():
     bad = attribute_docstrings()
     assert not bad, _report("attribute docstrings (write a `#:` comment above the field)", bad)
+
+
+def test_every_command_parser_is_the_cli_parser():
+    bad = plain_parsers()
+    assert not bad, _report(
+        "argparse.ArgumentParser built directly (use trace_gym.cli.Parser)", bad
+    )
 
 
 def test_step_layers_import_downward_only():
@@ -714,3 +735,18 @@ def test_checker_finds_attribute_docstrings(tmp_path, monkeypatch):
     )
     monkeypatch.setitem(globals(), "ROOT", tmp_path)
     assert attribute_docstrings(("envs",)) == ["envs/a.py:3", "envs/a.py:9"]
+
+
+def test_checker_finds_plain_argument_parsers(tmp_path, monkeypatch):
+    _write(
+        tmp_path,
+        {
+            "bench/a.py": (
+                "import argparse\nfrom argparse import ArgumentParser\n"
+                "from trace_gym.cli import Parser\n"
+                "a = argparse.ArgumentParser()\nb = ArgumentParser()\nc = Parser()\n"
+            )
+        },
+    )
+    monkeypatch.setitem(globals(), "ROOT", tmp_path)
+    assert plain_parsers(("bench",)) == ["bench/a.py:4", "bench/a.py:5"]

@@ -6,11 +6,11 @@ process runs this command and the run is sharded with FSDP2 (`trace_gym.trainers
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import sys
 
+from trace_gym.cli import Parser
 from trace_gym.errors import ConfigError
 
 __all__ = ["main", "parse_value"]
@@ -46,7 +46,7 @@ def _print_last(last: dict) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="trace-gym train", description=__doc__)
+    p = Parser(prog="trace-gym train", description=__doc__)
     p.add_argument(
         "--config", required=True, help="config file (.toml, .yaml, .json); see configs/"
     )

@@ -37,6 +37,8 @@ from trace_gym.envs.hotpotqa.data import (
 )
 from trace_gym.envs.hotpotqa.retrievers import BM25Retriever, Hit, Retriever
 
+from trace_gym.cli import Parser
+
 __all__ = ["main", "pad_corpus", "recall_at_k", "run_policy"]
 
 log = logging.getLogger(__name__)
@@ -184,7 +186,7 @@ def _cached_embeddings(
 
 
 def _parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="trace-gym bench retrieval", description=main.__doc__)
+    ap = Parser(prog="trace-gym bench retrieval", description=main.__doc__)
     ap.add_argument(
         "--json", type=Path, default=None, help="also write the results to this JSON file"
     )

@@ -25,6 +25,8 @@ from typing import Any
 
 import numpy as np
 
+from trace_gym.cli import Parser
+
 __all__ = ["LoadResult", "main", "run_load"]
 
 GOALS = {"errors": 0, "p99_ms": 250.0, "qps": 1500.0, "ratio_to_old": 2.0}
@@ -209,9 +211,7 @@ def _corpus(args: argparse.Namespace) -> tuple[list[Any], list[str]]:
 
 
 def _parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(
-        prog="trace-gym bench retriever-server", description=__doc__.split("\n\n")[0]
-    )
+    ap = Parser(prog="trace-gym bench retriever-server", description=__doc__.split("\n\n")[0])
     ap.add_argument("--passages", type=int, default=100_000)
     ap.add_argument("--clients", type=int, default=64)
     ap.add_argument(

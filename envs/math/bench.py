@@ -16,7 +16,6 @@ snapshot holds privately (its unique set size, parked process plus its spare).
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
@@ -25,6 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from trace_gym.envs.math.sandbox import Sandbox, SandboxConfig
+
+from trace_gym.cli import Parser
 
 HISTORY = (
     "import sympy as sp",
@@ -212,9 +213,7 @@ def run_bench(seconds: float = 2.0, repeats: int = 20, snapshots: int = 8) -> di
 
 
 def main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(
-        prog="trace-gym bench math-env", description=__doc__.splitlines()[0]
-    )
+    p = Parser(prog="trace-gym bench math-env", description=__doc__.splitlines()[0])
     p.add_argument("--json", type=Path, help="also write the figures to this JSON file")
     p.add_argument("--seconds", type=float, default=2.0, help="duration of the cells/s measurement")
     p.add_argument("--repeats", type=int, default=20, help="restores measured per method")
