@@ -77,7 +77,7 @@ FOREIGN_EXCEPTIONS: dict[str, str] = {
 #: longest function allowed, in lines from `def` to its last line
 MAX_FUNCTION_LINES = 60
 #: the folders whose functions are held to it
-LENGTH_ROOTS = ("trace_gym", "envs", "agents", "trainers", "bench")
+LENGTH_ROOTS = ("trace_gym", "envs", "agents", "trainers", "bench", "corpora", "scripts")
 
 
 @dataclass(frozen=True)
