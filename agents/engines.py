@@ -67,14 +67,14 @@ def vllm_engine(model_dir: str | Path, **engine_kwargs: Any) -> Any:
 def vllm_policy(model_dir: str | Path, llm: Any = None, **sampling: Any) -> Any:
     """`VLLMPolicy` on a model directory (or on a ready engine), its formats from the directory."""
     from trace_gym.agents.formats import formats_with
-    from trace_gym.agents.hf import SamplingConfig, _read_formats
+    from trace_gym.agents.hf import SamplingConfig, read_formats
     from trace_gym.agents.vllm_backend import VLLMPolicy
 
     llm = llm if llm is not None else vllm_engine(model_dir)
     return VLLMPolicy(
         llm=llm,
         sampling=SamplingConfig(**sampling),
-        formats=formats_with(_read_formats(str(model_dir))),
+        formats=formats_with(read_formats(str(model_dir))),
     )
 
 

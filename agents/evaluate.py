@@ -26,6 +26,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from trace_gym.cli import Parser
 from trace_gym.errors import ConfigError
 from trace_gym.policy import Conversation
 from trace_gym.tree import Turn
@@ -274,7 +275,7 @@ def policy_from(args: argparse.Namespace, env: Any) -> Any:
 
 def main(argv: list[str]) -> int:
     """`trace-gym eval`: evaluate a policy, print the summary, write per-task JSONL."""
-    p = argparse.ArgumentParser(prog="trace-gym eval", description=main.__doc__)
+    p = Parser(prog="trace-gym eval", description=main.__doc__)
     add_common_args(p)
     p.add_argument("--n", type=int, default=1, help="samples per task (k of mean@k / pass@k)")
     p.add_argument("--json", help="write per-task results as JSONL here (summary on the last line)")

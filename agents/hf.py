@@ -43,7 +43,7 @@ from trace_gym.errors import ConfigError
 from trace_gym.optional import require
 from trace_gym.policy import Conversation, PolicyOutput
 
-__all__ = ["HFPolicy", "SamplingConfig", "model_formats"]
+__all__ = ["HFPolicy", "SamplingConfig", "model_formats", "read_formats"]
 
 logger = logging.getLogger(__name__)
 
@@ -92,14 +92,15 @@ class _Row:
 FORMATS_FILE = "trace_gym_formats.json"
 
 
-def _read_formats(path: str) -> dict[str, dict[str, Any]]:
+def read_formats(path: str) -> dict[str, dict[str, Any]]:
+    """The chat formats saved beside a model at `path` (`FORMATS_FILE`), or none."""
     f = Path(path) / FORMATS_FILE
     return json.loads(f.read_text()) if f.is_file() else {}
 
 
 def model_formats(path: str) -> dict[str, ReActFormat]:
     """The ReAct formats for a model directory: the defaults plus the overrides it carries."""
-    return formats_with(_read_formats(path))
+    return formats_with(read_formats(path))
 
 
 def _cache_of(out: Any) -> Any:

@@ -40,7 +40,7 @@ from typing import Any
 
 from trace_gym.agents.formats import ReActFormat, chat_messages, format_for, restore_stop
 
-from trace_gym.errors import ConfigError
+from trace_gym.errors import ConfigError, TraceGymError
 from trace_gym.policy import Conversation, PolicyOutput
 
 __all__ = ["OpenAIConfig", "OpenAIPolicy"]
@@ -88,7 +88,7 @@ class OpenAIConfig:
             raise ConfigError("timeout_s must be > 0, backoff_s and max_retries >= 0")
 
 
-class _Retryable(Exception):
+class _Retryable(TraceGymError):
     """An attempt failed in a way worth retrying."""
 
 

@@ -16,13 +16,15 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from trace_gym.cli import Parser
+
 __all__ = ["main"]
 
 
 def _parser() -> argparse.ArgumentParser:
     from trace_gym.agents.evaluate import add_common_args
 
-    p = argparse.ArgumentParser(prog="trace-gym rollout", description=main.__doc__)
+    p = Parser(prog="trace-gym rollout", description=main.__doc__)
     add_common_args(p)
     p.add_argument(
         "--allocator", default="trace", help="allocator name (trace_gym.alloc.ALLOCATORS)"

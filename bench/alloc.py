@@ -38,6 +38,7 @@ from trace_gym.bench.report import (
 )
 from trace_gym.bench.report_html import write_index
 
+from trace_gym.cli import Parser
 from trace_gym.errors import ConfigError, DependencyNotInstalled, unknown
 from trace_gym.runner import BranchingRunner, RunnerConfig
 from trace_gym.seeding import stable_seed
@@ -772,7 +773,7 @@ def format_shapes(shapes: dict[str, Any], title: str = "budget shape") -> str:
 
 # ---------------------------------------------------------------------- CLI
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = Parser(
         prog="trace-gym bench alloc",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,

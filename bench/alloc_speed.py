@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from trace_gym.alloc.solvers import solve_prefixes, solve_roots, solve_roots_reference
+from trace_gym.cli import Parser
 
 
 def _median_seconds(fn: Callable[[], object], repeats: int) -> float:
@@ -85,7 +86,7 @@ def run(
 
 def main(argv: list[str]) -> int:
     """Entry point of `trace-gym bench alloc-speed [--json PATH]`."""
-    p = argparse.ArgumentParser(
+    p = Parser(
         prog="trace-gym bench alloc-speed",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,

@@ -15,13 +15,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from trace_gym.cli import Parser
+from trace_gym.errors import TraceGymError
+
 __all__ = ["INSTALL", "BrowserMissing", "Page", "open_page"]
 
 CHROMEDRIVER = "/usr/bin/chromedriver"
 INSTALL = "apt-get install -y chromium chromium-driver (as root; `make setup` does it) and pip install -e '.[dev]' (selenium)"
 
 
-class BrowserMissing(RuntimeError):
+class BrowserMissing(TraceGymError, RuntimeError):
     """chromium, chromium-driver or selenium is not installed (the message says how to)."""
 
 
@@ -116,10 +119,9 @@ def open_page(
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m trace_gym.bench.browser PAGE.html OUT.png``: a screenshot of any local page."""
-    import argparse
     import sys
 
-    p = argparse.ArgumentParser(prog="python -m trace_gym.bench.browser", description=main.__doc__)
+    p = Parser(prog="python -m trace_gym.bench.browser", description=main.__doc__)
     p.add_argument("page", type=Path)
     p.add_argument("png", type=Path)
     p.add_argument("--height", type=int, default=1000)

@@ -17,6 +17,7 @@ import gymnasium as gym
 import numpy as np
 
 import trace_gym
+from trace_gym.cli import Parser
 from trace_gym.errors import DependencyNotInstalled
 
 log = logging.getLogger(__name__)
@@ -103,7 +104,7 @@ def run_section(section: Callable[[argparse.Namespace], None], args: argparse.Na
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="trace-gym demo", description=__doc__)
+    p = Parser(prog="trace-gym demo", description=__doc__)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--max-turns", type=int, default=4, help="turns shown per demo episode")
     p.add_argument("--only", choices=[n for n, _ in SECTIONS], help="run one section")

@@ -26,7 +26,7 @@ import numpy as np
 
 from trace_gym.alloc.base import Candidate
 from trace_gym.alloc.policies import TraceAllocator
-from trace_gym.alloc.solvers import _greedy, _increments, _repair, check_root_budget
+from trace_gym.alloc.solvers import check_root_budget, greedy_counts, repair_counts, root_increments
 
 __all__ = ["FirstVisitAllocator", "posterior_increments"]
 
@@ -49,7 +49,7 @@ def _reference(stem: str, m_max: int) -> tuple[dict[tuple, np.ndarray], dict[tup
     p = preset_for_stem(stem)
     tasks = [make_task(p, REFERENCE_SEED, i) for i in range(REFERENCE_TASKS)]
     z = np.array([value_at(t, 0, 0, False, p.skill) for t in tasks])
-    inc = _increments(np.clip(z, 0.0, 1.0), m_max)
+    inc = root_increments(np.clip(z, 0.0, 1.0), m_max)
     groups: dict[tuple, list[int]] = defaultdict(list)
     for i, t in enumerate(tasks):
         fine, coarse = _cells(t)
@@ -88,11 +88,11 @@ class FirstVisitAllocator(TraceAllocator):
             return np.zeros(0, dtype=np.int64)
         check_root_budget(len(candidates), budget, self.m_max)
         inc = posterior_increments([c.id for c in candidates], self.m_max)
-        counts = _greedy(inc, int(budget))
+        counts = greedy_counts(inc, int(budget))
         partial = np.flatnonzero(counts == 1)
         if partial.size:
             counts[partial[0]] = 0
-            repaired = _repair(inc, counts, self.m_max)
+            repaired = repair_counts(inc, counts, self.m_max)
             if repaired is not None:
                 counts = repaired[0]
         return counts

@@ -15,7 +15,6 @@ reported, never asserted (the fuzz tests under tests/fuzz assert no exception).
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import time
@@ -28,6 +27,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from trace_gym.cli import Parser
 from trace_gym.core import TraceEnv, unwrap
 from trace_gym.errors import ConfigError
 
@@ -259,7 +259,7 @@ def main(argv: list[str] | None = None) -> int:
     """Fuzz every registered env (or --envs) and print step times and exception counts."""
     from trace_gym.registration import env_ids
 
-    p = argparse.ArgumentParser(prog="trace-gym bench fuzz", description=__doc__.split("\n\n")[0])
+    p = Parser(prog="trace-gym bench fuzz", description=__doc__.split("\n\n")[0])
     p.add_argument(
         "--envs",
         default=",".join(env_ids()),

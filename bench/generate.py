@@ -20,6 +20,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from trace_gym.cli import Parser
+
 __all__ = ["main", "run"]
 
 
@@ -127,7 +129,7 @@ def run(
 
 def main(argv: list[str]) -> int:
     """Entry point of `trace-gym bench generate [--json PATH]`."""
-    p = argparse.ArgumentParser(
+    p = Parser(
         prog="trace-gym bench generate",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,

@@ -28,6 +28,7 @@ from trace_gym.bench.learn_stats import (
     wilcoxon_signed_rank,
 )
 
+from trace_gym.cli import Parser
 from trace_gym.errors import ConfigError
 
 __all__ = ["compare", "main", "summarise"]
@@ -377,7 +378,7 @@ def write_outputs(rep: dict[str, Any], out: Path, command: list[str]) -> None:
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="trace-gym bench learn", description=__doc__)
+    p = Parser(prog="trace-gym bench learn", description=__doc__)
     p.add_argument(
         "--learner",
         choices=("softmax", "tiny-lm"),

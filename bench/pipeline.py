@@ -28,6 +28,8 @@ from typing import Any
 
 import numpy as np
 
+from trace_gym.cli import Parser
+
 __all__ = ["METHODS", "compare", "mean_ci", "method_config"]
 
 #: method -> (allocator, optimiser, uses replays)
@@ -190,7 +192,7 @@ def compare(
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(
+    p = Parser(
         prog="python -m trace_gym.bench.pipeline",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,

@@ -24,6 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from trace_gym.cli import Parser
 from trace_gym.errors import ConfigError
 
 __all__ = ["main", "run", "table_cost"]
@@ -125,7 +126,7 @@ def _print(r: dict[str, Any]) -> None:
 
 def main(argv: list[str]) -> int:
     """Entry point of `trace-gym bench replay-cost [--json PATH]`."""
-    p = argparse.ArgumentParser(
+    p = Parser(
         prog="trace-gym bench replay-cost",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,

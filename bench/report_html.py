@@ -12,7 +12,6 @@ dependency, already used by the benchmarks); matplotlib is imported only when dr
 
 from __future__ import annotations
 
-import argparse
 import csv
 import html
 import json
@@ -22,6 +21,9 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+from trace_gym.cli import Parser
+from trace_gym.errors import TraceGymError
 
 __all__ = ["ReportError", "main", "read_metrics", "run_report", "write_index"]
 
@@ -34,7 +36,7 @@ td,th{border:1px solid #ddd;padding:2px 6px;text-align:right}th{background:#ecef
 img{max-width:640px;border:1px solid #ddd}.met{color:#2e7d32}.not{color:#c62828}table.goals td{text-align:left}"""
 
 
-class ReportError(Exception):
+class ReportError(TraceGymError):
     """A run directory the report cannot read (one line for the CLI)."""
 
 
@@ -318,7 +320,7 @@ def run_report(run_dir: str | Path, out: str | Path | None = None) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="trace-gym report", description=__doc__.splitlines()[0])
+    p = Parser(prog="trace-gym report", description=__doc__.splitlines()[0])
     p.add_argument(
         "run_dir", type=Path, help="a `trace-gym train` output directory (metrics.jsonl, trees/)"
     )

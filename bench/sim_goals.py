@@ -8,11 +8,12 @@ override the protocol's (say so when you report such figures).
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
 from pathlib import Path
+
+from trace_gym.cli import Parser
 
 #: name -> (bench alloc arguments, seeds); every run adds COMMON: fresh prompts, M=128, N=2
 COMMON = "--roots 128 --replays 2"
@@ -49,9 +50,7 @@ RUNS: dict[str, tuple[str, int]] = {
 def main(argv: list[str] | None = None) -> int:
     from trace_gym.bench.alloc import main as bench_main
 
-    ap = argparse.ArgumentParser(
-        prog="python -m trace_gym.bench.sim_goals", description=__doc__.split("\n")[0]
-    )
+    ap = Parser(prog="python -m trace_gym.bench.sim_goals", description=__doc__.split("\n")[0])
     ap.add_argument("out", type=Path, help="folder for the JSON summaries")
     ap.add_argument("--only", default="", help=f"comma-separated subset of: {', '.join(RUNS)}")
     ap.add_argument("--seeds", type=int, default=None, help="override every run's seeds")

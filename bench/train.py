@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from trace_gym.cli import Parser
 from trace_gym.errors import ConfigError, TraceGymError
 
 __all__ = [
@@ -151,7 +152,7 @@ def worker(out: Path, plain: bool) -> int:
     import torch
     from trace_gym.trainers.config import TrainConfig
     from trace_gym.trainers.loop import Trainer
-    from trace_gym.trainers.sharding import ShardedTrainer, _full_state
+    from trace_gym.trainers.sharding import ShardedTrainer, full_state
 
     cfg = TrainConfig.from_dict(json.loads((out / "config.json").read_text()))
     tr = Trainer(cfg) if plain else ShardedTrainer(cfg)
@@ -164,7 +165,7 @@ def worker(out: Path, plain: bool) -> int:
     if plain:
         weights = {n: t.detach().float().cpu() for n, t in tr.model.state_dict().items()}
     else:
-        weights = {n: t.float().cpu() for n, t in _full_state(tr.model, rank == 0, None).items()}
+        weights = {n: t.float().cpu() for n, t in full_state(tr.model, rank == 0, None).items()}
     if rank == 0:
         torch.save({"weights": weights, "grads": box.get("grads", {})}, out / "final.pt")
     keys = (
@@ -424,7 +425,7 @@ def _table(rep: dict[str, Any]) -> str:
 
 
 def _config(args: argparse.Namespace) -> dict[str, Any]:
-    from trace_gym.trainers.cli import _value
+    from trace_gym.trainers.cli import parse_value
     from trace_gym.trainers.config import load_config
 
     if args.config:
@@ -440,7 +441,7 @@ def _config(args: argparse.Namespace) -> dict[str, Any]:
         node = d
         for part in head:
             node = node.setdefault(part, {})
-        node[last] = _value(v)
+        node[last] = parse_value(v)
     from trace_gym.trainers.config import TrainConfig
 
     TrainConfig.from_dict(d)  # validated here, not in the workers
@@ -448,7 +449,7 @@ def _config(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="trace-gym bench train", description=__doc__.split("\n\n")[0])
+    p = Parser(prog="trace-gym bench train", description=__doc__.split("\n\n")[0])
     p.add_argument(
         "--config", help="a training config (default: the tiny CPU config of this module)"
     )

@@ -16,7 +16,6 @@ server, and nothing beyond the standard library on the Python side.
 
 from __future__ import annotations
 
-import argparse
 import gzip
 import html
 import json
@@ -34,7 +33,8 @@ from typing import Any
 
 import numpy as np
 
-from trace_gym.errors import TreeFormatError
+from trace_gym.cli import Parser
+from trace_gym.errors import TraceGymError, TreeFormatError
 from trace_gym.tree import FAILURE_KINDS, Node, RolloutTree, load_trees
 
 __all__ = [
@@ -69,7 +69,7 @@ _SURROGATE = re.compile("[\ud800-\udfff]")
 _DATA_RE = re.compile(r'<script type="application/json" id="trace-data">(.*?)</script>', re.S)
 
 
-class ViewError(Exception):
+class ViewError(TraceGymError):
     """A tree file the viewer cannot show (the message is one line for the CLI)."""
 
 
@@ -339,7 +339,7 @@ def screenshot(page: Path, png: Path) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="trace-gym view", description=__doc__.splitlines()[0])
+    p = Parser(prog="trace-gym view", description=__doc__.splitlines()[0])
     p.add_argument(
         "trees", nargs="+", help="tree files (JSONL, .gz) or folders of them (a run's trees/)"
     )

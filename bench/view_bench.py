@@ -9,7 +9,6 @@ takes to render. Reported, never asserted (issue 19's goals: <= 10 s, <= 2 s).
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import tempfile
@@ -19,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from trace_gym.cli import Parser
 from trace_gym.tree import Failure, RolloutTree, Turn, save_trees
 
 __all__ = ["main", "run_bench", "synthetic_trees"]
@@ -157,7 +157,7 @@ def run_bench(
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="trace-gym bench view", description=__doc__.splitlines()[0])
+    p = Parser(prog="trace-gym bench view", description=__doc__.splitlines()[0])
     p.add_argument("--trees", type=int, default=1000, help="trees in the file (default 1000)")
     p.add_argument("--nodes", type=int, default=50, help="nodes per tree (default 50)")
     p.add_argument(

@@ -9,7 +9,6 @@ Replay cost grows with k (k inner steps per restore); the native path does not.
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
 import time
@@ -20,6 +19,7 @@ import gymnasium as gym
 import numpy as np
 
 import trace_gym
+from trace_gym.cli import Parser
 from trace_gym.provenance import write_provenance
 from trace_gym.wrap import WrappedEnv, wrap
 
@@ -103,9 +103,7 @@ def format_rows(env_id: str, rows: list[dict[str, Any]]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(
-        prog="trace-gym bench wrap-restore", description=__doc__.splitlines()[0]
-    )
+    p = Parser(prog="trace-gym bench wrap-restore", description=__doc__.splitlines()[0])
     p.add_argument(
         "--env", default=DEFAULT_ENV, help=f"a registered trace-gym id (default {DEFAULT_ENV})"
     )

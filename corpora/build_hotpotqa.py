@@ -21,7 +21,6 @@ scripted policy in `trace_gym.envs.hotpotqa.scripted` parses.
 
 from __future__ import annotations
 
-import argparse
 import gzip
 import json
 from dataclasses import dataclass, field
@@ -29,6 +28,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from trace_gym.cli import Parser
 
 HERE = Path(__file__).resolve().parent
 QUESTIONS_FILE = HERE / "hotpotqa_default.jsonl.gz"
@@ -305,7 +306,11 @@ class _Names:
 
 
 def generate_world(seed: int = DEFAULT_SEED, scale: float = 1.0) -> World:
-    """Generate towns, people, films, companies and bands (about 3,100 passages at scale 1)."""
+    """Generate towns, people, films, companies and bands (about 3,100 passages at scale 1).
+
+    One generator draws everything, kind after kind in this order, so a seed gives the
+    same world (and the committed corpus files stay reproducible).
+    """
     rng = np.random.default_rng(seed)
     names = _Names(rng)
     n = {
@@ -314,121 +319,130 @@ def generate_world(seed: int = DEFAULT_SEED, scale: float = 1.0) -> World:
     }
     provinces = [names.unique(lambda: names.word(3)) for _ in range(24)]
     rivers = [names.unique(lambda: names.word(2)) for _ in range(80)]
-
-    towns = []
-    for _ in range(n["town"]):
-        t = names.town()
-        a = {
-            "province": str(rng.choice(provinces)),
-            "river": str(rng.choice(rivers)),
-            "founded": int(rng.integers(1100, 1900)),
-            "population": int(rng.integers(2_000, 900_000)),
-        }
-        towns.append(
-            Entity(
-                "town",
-                t,
-                a,
-                [
-                    f"{t} is a town in the province of {a['province']}.",
-                    f"It lies on the banks of the {a['river']} River.",
-                    f"The town was founded in {a['founded']}.",
-                    f"At the last census {t} had a population of {a['population']}.",
-                ],
-            )
-        )
-    roles = list(_OCCUPATIONS)
-    people = []
-    for i in range(n["person"]):
-        p = names.person()
-        role = roles[i % len(roles)] if i < n["person"] * 0.8 else str(rng.choice(roles[3:]))
-        home = towns[int(rng.integers(len(towns)))]
-        a = {"role": role, "born": int(rng.integers(1890, 2000)), "birthplace": home.title}
-        filler = str(rng.choice(_FILLER)).format(n=p, t=towns[int(rng.integers(len(towns)))].title)
-        people.append(
-            Entity(
-                "person",
-                p,
-                a,
-                [
-                    f"{p} (born {a['born']}) is a {_OCCUPATIONS[role]}.",
-                    f"{p} was born in {home.title}.",
-                    filler,
-                ],
-            )
-        )
+    towns = [_town(rng, names, provinces, rivers) for _ in range(n["town"])]
+    people = _people(rng, names, n["person"], towns)
     by_role: dict[str, list[Entity]] = {}
     for p in people:
         by_role.setdefault(p.attrs["role"], []).append(p)
-
-    def pick(pool: list[Entity]) -> Entity:
-        return pool[int(rng.integers(len(pool)))]
-
-    films = []
-    for _ in range(n["film"]):
-        f, d, loc = names.film(), pick(by_role["director"]), pick(towns)
-        a = {
-            "year": int(rng.integers(1930, 2024)),
-            "director": d.title,
-            "location": loc.title,
-            "genre": str(rng.choice(_FILM_GENRES)),
-        }
-        films.append(
-            Entity(
-                "film",
-                f,
-                a,
-                [
-                    f"{f} is a {a['year']} {a['genre']} film.",
-                    f"It was directed by {d.title}.",
-                    f"The film was shot in {loc.title}.",
-                ],
-            )
-        )
-    companies = []
-    for _ in range(n["company"]):
-        c, fo, hq = names.company(), pick(by_role["founder"]), pick(towns)
-        a = {
-            "founded": int(rng.integers(1850, 2020)),
-            "founder": fo.title,
-            "hq": hq.title,
-            "industry": str(rng.choice(_INDUSTRIES)),
-        }
-        companies.append(
-            Entity(
-                "company",
-                c,
-                a,
-                [
-                    f"{c} is a {a['industry']} company founded in {a['founded']}.",
-                    f"It was founded by {fo.title}.",
-                    f"Its headquarters are in {hq.title}.",
-                ],
-            )
-        )
-    bands = []
-    for _ in range(n["band"]):
-        b, s, origin = names.band(), pick(by_role["singer"]), pick(towns)
-        a = {
-            "formed": int(rng.integers(1955, 2020)),
-            "singer": s.title,
-            "origin": origin.title,
-            "genre": str(rng.choice(_BAND_GENRES)),
-        }
-        bands.append(
-            Entity(
-                "band",
-                b,
-                a,
-                [
-                    f"{b} is a {a['genre']} band.",
-                    f"The band was formed in {origin.title} in {a['formed']}.",
-                    f"Its lead singer is {s.title}.",
-                ],
-            )
-        )
+    films = [_film(rng, names, by_role["director"], towns) for _ in range(n["film"])]
+    companies = [_company(rng, names, by_role["founder"], towns) for _ in range(n["company"])]
+    bands = [_band(rng, names, by_role["singer"], towns) for _ in range(n["band"])]
     return World(
         {"town": towns, "person": people, "film": films, "company": companies, "band": bands}
+    )
+
+
+def _pick(rng: np.random.Generator, pool: list[Entity]) -> Entity:
+    return pool[int(rng.integers(len(pool)))]
+
+
+def _town(
+    rng: np.random.Generator, names: _Names, provinces: list[str], rivers: list[str]
+) -> Entity:
+    t = names.town()
+    a = {
+        "province": str(rng.choice(provinces)),
+        "river": str(rng.choice(rivers)),
+        "founded": int(rng.integers(1100, 1900)),
+        "population": int(rng.integers(2_000, 900_000)),
+    }
+    return Entity(
+        "town",
+        t,
+        a,
+        [
+            f"{t} is a town in the province of {a['province']}.",
+            f"It lies on the banks of the {a['river']} River.",
+            f"The town was founded in {a['founded']}.",
+            f"At the last census {t} had a population of {a['population']}.",
+        ],
+    )
+
+
+def _people(
+    rng: np.random.Generator, names: _Names, count: int, towns: list[Entity]
+) -> list[Entity]:
+    """`count` people: the first 80% cycle through the occupations, the rest draw one."""
+    roles = list(_OCCUPATIONS)
+    people = []
+    for i in range(count):
+        p = names.person()
+        role = roles[i % len(roles)] if i < count * 0.8 else str(rng.choice(roles[3:]))
+        home = towns[int(rng.integers(len(towns)))]
+        a = {"role": role, "born": int(rng.integers(1890, 2000)), "birthplace": home.title}
+        filler = str(rng.choice(_FILLER)).format(n=p, t=towns[int(rng.integers(len(towns)))].title)
+        sentences = [
+            f"{p} (born {a['born']}) is a {_OCCUPATIONS[role]}.",
+            f"{p} was born in {home.title}.",
+            filler,
+        ]
+        people.append(Entity("person", p, a, sentences))
+    return people
+
+
+def _film(
+    rng: np.random.Generator, names: _Names, directors: list[Entity], towns: list[Entity]
+) -> Entity:
+    f, d, loc = names.film(), _pick(rng, directors), _pick(rng, towns)
+    a = {
+        "year": int(rng.integers(1930, 2024)),
+        "director": d.title,
+        "location": loc.title,
+        "genre": str(rng.choice(_FILM_GENRES)),
+    }
+    return Entity(
+        "film",
+        f,
+        a,
+        [
+            f"{f} is a {a['year']} {a['genre']} film.",
+            f"It was directed by {d.title}.",
+            f"The film was shot in {loc.title}.",
+        ],
+    )
+
+
+def _company(
+    rng: np.random.Generator, names: _Names, founders: list[Entity], towns: list[Entity]
+) -> Entity:
+    c, fo, hq = names.company(), _pick(rng, founders), _pick(rng, towns)
+    a = {
+        "founded": int(rng.integers(1850, 2020)),
+        "founder": fo.title,
+        "hq": hq.title,
+        "industry": str(rng.choice(_INDUSTRIES)),
+    }
+    return Entity(
+        "company",
+        c,
+        a,
+        [
+            f"{c} is a {a['industry']} company founded in {a['founded']}.",
+            f"It was founded by {fo.title}.",
+            f"Its headquarters are in {hq.title}.",
+        ],
+    )
+
+
+def _band(
+    rng: np.random.Generator, names: _Names, singers: list[Entity], towns: list[Entity]
+) -> Entity:
+    b, s, origin = names.band(), _pick(rng, singers), _pick(rng, towns)
+    a = {
+        "formed": int(rng.integers(1955, 2020)),
+        "singer": s.title,
+        "origin": origin.title,
+        "genre": str(rng.choice(_BAND_GENRES)),
+    }
+    return Entity(
+        "band",
+        b,
+        a,
+        [
+            f"{b} is a {a['genre']} band.",
+            f"The band was formed in {origin.title} in {a['formed']}.",
+            f"Its lead singer is {s.title}.",
+        ],
     )
 
 
@@ -614,7 +628,7 @@ def build(
 
 def main(argv: list[str] | None = None) -> int:
     """Regenerate the bundled HotpotQA-format files."""
-    ap = argparse.ArgumentParser(description=main.__doc__)
+    ap = Parser(description=main.__doc__)
     ap.add_argument("--out", type=Path, default=HERE)
     ap.add_argument("--seed", type=int, default=DEFAULT_SEED)
     ap.add_argument("--bridge", type=int, default=320)

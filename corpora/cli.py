@@ -14,21 +14,22 @@ The index directory is what ``gym.make("trace/HotpotQA-v0", retriever=DIR)`` and
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
+from trace_gym.cli import Parser
+
 __all__ = ["build_index", "detect_format", "main"]
 
 
 def detect_format(path: Path) -> str:
     """'wiki18' or 'hotpotqa', from the first record of the file."""
-    from trace_gym.envs.hotpotqa.data import _open_text
+    from trace_gym.envs.hotpotqa.data import open_text
 
-    with _open_text(path) as f:
+    with open_text(path) as f:
         first = f.readline()
         while first and not first.strip():
             first = f.readline()
@@ -99,9 +100,7 @@ def build_index(
 
 
 def _build_main(argv: list[str]) -> int:
-    ap = argparse.ArgumentParser(
-        prog="trace-gym corpus build", description="Build a retrieval index from a corpus."
-    )
+    ap = Parser(prog="trace-gym corpus build", description="Build a retrieval index from a corpus.")
     ap.add_argument(
         "--input", required=True, type=Path, help="wiki-18 JSONL or HotpotQA JSON/JSONL (.gz ok)"
     )

@@ -75,42 +75,15 @@ def build_policy(args):
 
 
 def run_one(args, lora: bool, predictor: str) -> dict:
+    """One TRACE training step with LoRA or full fine-tuning and `predictor`: times and memory."""
     import torch
-    from trace_gym.trainers.config import (
-        AlgoConfig,
-        OptimConfig,
-        PolicyConfig,
-        RolloutConfig,
-        TrainConfig,
-    )
     from trace_gym.trainers.loop import Trainer
 
     torch.manual_seed(0)
     if args.device.startswith("cuda"):
         torch.cuda.reset_peak_memory_stats()
     policy = build_policy(args)
-    kwargs = {"device": args.device} if predictor == "critic" else {}
-    cfg = TrainConfig(
-        steps=1,
-        out_dir=tempfile.mkdtemp(prefix="gpu-check-"),
-        tensorboard=False,
-        progress=False,
-        save_every=0,
-        policy=PolicyConfig(kind="custom", device=args.device, lora=lora, lora_r=16),
-        rollout=RolloutConfig(
-            env_id="trace/Sim-v0",
-            allocator="trace",
-            predictor=predictor,
-            predictor_kwargs=kwargs,
-            root_budget=args.roots,
-            replays_per_root=1.0,
-            candidates_per_step=args.roots // 2,
-            m_max=4,
-            group_size=2,
-        ),
-        algo=AlgoConfig(name="treerpo"),
-        optim=OptimConfig(lr=1e-5, micro_batch_size=args.micro_batch, max_seq_len=4096),
-    )
+    cfg = train_config(args, lora, predictor)
     t0 = time.perf_counter()
     trainer = Trainer(cfg, policy=policy)
     setup_s = time.perf_counter() - t0
@@ -137,6 +110,40 @@ def run_one(args, lora: bool, predictor: str) -> dict:
         },
         "peak_gpu_mem_gib": None if peak is None else round(peak, 2),
     }
+
+
+def train_config(args, lora: bool, predictor: str):
+    """The one-step training config: TRACE on the simulator, TreeRPO, a custom policy."""
+    from trace_gym.trainers.config import (
+        AlgoConfig,
+        OptimConfig,
+        PolicyConfig,
+        RolloutConfig,
+        TrainConfig,
+    )
+
+    kwargs = {"device": args.device} if predictor == "critic" else {}
+    return TrainConfig(
+        steps=1,
+        out_dir=tempfile.mkdtemp(prefix="gpu-check-"),
+        tensorboard=False,
+        progress=False,
+        save_every=0,
+        policy=PolicyConfig(kind="custom", device=args.device, lora=lora, lora_r=16),
+        rollout=RolloutConfig(
+            env_id="trace/Sim-v0",
+            allocator="trace",
+            predictor=predictor,
+            predictor_kwargs=kwargs,
+            root_budget=args.roots,
+            replays_per_root=1.0,
+            candidates_per_step=args.roots // 2,
+            m_max=4,
+            group_size=2,
+        ),
+        algo=AlgoConfig(name="treerpo"),
+        optim=OptimConfig(lr=1e-5, micro_batch_size=args.micro_batch, max_seq_len=4096),
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

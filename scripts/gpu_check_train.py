@@ -51,10 +51,8 @@ def qwen3_config(tiny: bool):
 
 
 def run_mode(args, mode: str) -> dict:
+    """One generation and one optimiser step of `mode` ("lora" or "full"): speed and memory."""
     import torch
-    from trace_gym.trainers.data import Sample, collate
-    from trace_gym.trainers.losses import policy_loss, token_logprobs
-    from transformers import Qwen3ForCausalLM
 
     dev = torch.device(args.device)
     dtype = torch.bfloat16 if dev.type == "cuda" else torch.float32
@@ -62,89 +60,14 @@ def run_mode(args, mode: str) -> dict:
     if dev.type == "cuda":
         torch.cuda.reset_peak_memory_stats()
     cfg = qwen3_config(args.tiny)
-    model = Qwen3ForCausalLM(cfg).to(dtype=dtype, device=dev)
-    if mode == "lora":
-        from peft import LoraConfig, get_peft_model
-
-        model = get_peft_model(
-            model,
-            LoraConfig(
-                r=16,
-                lora_alpha=32,
-                task_type="CAUSAL_LM",
-                target_modules=["q_proj", "k_proj", "v_proj", "o_proj"],
-            ),
-        )
-    if args.grad_ckpt:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-        if mode == "lora":
-            model.enable_input_require_grads()
+    model = build_model(cfg, mode, dev, dtype, args.grad_ckpt)
     trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
-
-    # ---- generation (HF generate, sampling)
-    model.eval()
-    prompts = torch.randint(0, cfg.vocab_size, (args.batch, args.prompt_len), device=dev)
     sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
-    sync()
-    t0 = time.perf_counter()
-    with torch.no_grad():
-        out = model.generate(
-            input_ids=prompts,
-            attention_mask=torch.ones_like(prompts),
-            do_sample=True,
-            max_new_tokens=args.new_tokens,
-            min_new_tokens=args.new_tokens,
-            pad_token_id=0,
-        )
-    sync()
-    gen_s = time.perf_counter() - t0
+    out, gen_s = generate(model, cfg, args, dev, sync)
     gen_tokens = int((out.shape[1] - args.prompt_len) * args.batch)
-
-    # ---- samples: generated tokens trained, prompt masked, random advantages
-    g = torch.Generator().manual_seed(0)
-    samples = []
-    for row in out.cpu().tolist():
-        mask = [0] * args.prompt_len + [1] * (len(row) - args.prompt_len)
-        adv = float(torch.randn(1, generator=g))
-        samples.append(Sample(row, mask, adv, 1.0, [0.0] * len(row)))
-    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-6)
+    samples = random_samples(out.cpu().tolist(), args.prompt_len)
     tokens = float(sum(s.num_trained for s in samples))
-
-    sync()
-    t1 = time.perf_counter()
-    model.eval()
-    with torch.no_grad():  # old logprobs recomputed by the trainer
-        old = []
-        for i in range(0, len(samples), args.micro_batch):
-            b = collate(samples[i : i + args.micro_batch])
-            logits = model(
-                input_ids=b.input_ids.to(dev), attention_mask=b.attention_mask.to(dev)
-            ).logits
-            old.append(token_logprobs(logits, b.input_ids.to(dev)).float())
-    model.train()
-    opt.zero_grad(set_to_none=True)
-    stats = {}
-    for k, i in enumerate(range(0, len(samples), args.micro_batch)):
-        b = collate(samples[i : i + args.micro_batch])
-        logits = model(
-            input_ids=b.input_ids.to(dev), attention_mask=b.attention_mask.to(dev)
-        ).logits
-        logp = token_logprobs(logits, b.input_ids.to(dev))
-        res = policy_loss(
-            logp,
-            old[k],
-            b.advantages.to(dev),
-            b.loss_mask.to(dev),
-            b.weights.to(dev),
-            dual_clip=3.0,
-            tokens=tokens,
-        )
-        res.loss.backward()
-        stats = {"clip_frac": res.clip_frac, "ratio_mean": res.ratio_mean}
-    torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], 1.0)
-    opt.step()
-    sync()
-    step_s = time.perf_counter() - t1
+    step_s, stats = train_step(model, samples, tokens, args.micro_batch, dev, sync)
     report = {
         "mode": mode,
         "device": str(dev)
@@ -162,10 +85,108 @@ def run_mode(args, mode: str) -> dict:
     }
     if dev.type == "cuda":
         report["peak_mem_gib"] = round(torch.cuda.max_memory_allocated(dev) / 2**30, 2)
-    del model, opt
+    del model
     if dev.type == "cuda":
         torch.cuda.empty_cache()
     return report
+
+
+def build_model(cfg, mode: str, dev, dtype, grad_ckpt: bool):
+    """A random-init Qwen3 of `cfg` on `dev`, with LoRA adapters for mode "lora"."""
+    from transformers import Qwen3ForCausalLM
+
+    model = Qwen3ForCausalLM(cfg).to(dtype=dtype, device=dev)
+    if mode == "lora":
+        from peft import LoraConfig, get_peft_model
+
+        model = get_peft_model(
+            model,
+            LoraConfig(
+                r=16,
+                lora_alpha=32,
+                task_type="CAUSAL_LM",
+                target_modules=["q_proj", "k_proj", "v_proj", "o_proj"],
+            ),
+        )
+    if grad_ckpt:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        if mode == "lora":
+            model.enable_input_require_grads()
+    return model
+
+
+def generate(model, cfg, args, dev, sync):
+    """HF sampling of exactly `args.new_tokens` after random prompts: (ids, seconds)."""
+    import torch
+
+    model.eval()
+    prompts = torch.randint(0, cfg.vocab_size, (args.batch, args.prompt_len), device=dev)
+    sync()
+    t0 = time.perf_counter()
+    with torch.no_grad():
+        out = model.generate(
+            input_ids=prompts,
+            attention_mask=torch.ones_like(prompts),
+            do_sample=True,
+            max_new_tokens=args.new_tokens,
+            min_new_tokens=args.new_tokens,
+            pad_token_id=0,
+        )
+    sync()
+    return out, time.perf_counter() - t0
+
+
+def random_samples(rows: list[list[int]], prompt_len: int) -> list:
+    """Training samples: generated tokens trained, prompt masked, random advantages."""
+    import torch
+    from trace_gym.trainers.data import Sample
+
+    g = torch.Generator().manual_seed(0)
+    samples = []
+    for row in rows:
+        mask = [0] * prompt_len + [1] * (len(row) - prompt_len)
+        adv = float(torch.randn(1, generator=g))
+        samples.append(Sample(row, mask, adv, 1.0, [0.0] * len(row)))
+    return samples
+
+
+def train_step(model, samples: list, tokens: float, micro: int, dev, sync) -> tuple[float, dict]:
+    """Old logprobs, then one AdamW step over micro-batches: (seconds, last clip stats)."""
+    import torch
+    from trace_gym.trainers.data import collate
+    from trace_gym.trainers.losses import policy_loss, token_logprobs
+
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-6)
+    sync()
+    t1 = time.perf_counter()
+    batches = [collate(samples[i : i + micro]) for i in range(0, len(samples), micro)]
+    model.eval()
+    with torch.no_grad():  # old logprobs recomputed by the trainer
+        old = [token_logprobs(_logits(model, b, dev), b.input_ids.to(dev)).float() for b in batches]
+    model.train()
+    opt.zero_grad(set_to_none=True)
+    stats = {}
+    for b, old_b in zip(batches, old, strict=True):
+        logp = token_logprobs(_logits(model, b, dev), b.input_ids.to(dev))
+        res = policy_loss(
+            logp,
+            old_b,
+            b.advantages.to(dev),
+            b.loss_mask.to(dev),
+            b.weights.to(dev),
+            dual_clip=3.0,
+            tokens=tokens,
+        )
+        res.loss.backward()
+        stats = {"clip_frac": res.clip_frac, "ratio_mean": res.ratio_mean}
+    torch.nn.utils.clip_grad_norm_([p for p in model.parameters() if p.requires_grad], 1.0)
+    opt.step()
+    sync()
+    return time.perf_counter() - t1, stats
+
+
+def _logits(model, b, dev):
+    return model(input_ids=b.input_ids.to(dev), attention_mask=b.attention_mask.to(dev)).logits
 
 
 def main(argv: list[str] | None = None) -> int:

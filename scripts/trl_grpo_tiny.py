@@ -19,6 +19,46 @@ from pathlib import Path
 
 
 def main() -> None:
+    a = parse_args()
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+    import gymnasium as gym
+    import torch
+    from trace_gym.agents.hf import HFPolicy
+    from trace_gym.agents.tiny import default_test_config, tiny_model_dir
+    from trace_gym.bench.pipeline import pipeline_preset
+    from trace_gym.trainers.trl_adapter import TRLRolloutConfig, make_grpo_trainer
+
+    torch.set_num_threads(1)
+    t0 = time.perf_counter()
+    policy = HFPolicy.from_pretrained(
+        str(tiny_model_dir(default_test_config(env_kwargs={"trace/Sim-v0": {"num_tasks": 8}}))),
+        temperature=1.0,
+        max_batch=32,
+    )
+    preset = pipeline_preset()
+    cfg = TRLRolloutConfig(
+        root_budget=a.roots, replays_per_root=a.replays, m_max=4, advantage=a.advantage
+    )
+    trainer = make_grpo_trainer(
+        policy,
+        lambda: gym.make("trace/Sim-v0", preset=preset, num_tasks=8, seed=0),
+        grpo_config(a),
+        cfg,
+    )
+    t1 = time.perf_counter()
+    trainer.train()
+    t2 = time.perf_counter()
+    steps = step_rows(trainer, Path(a.out), a.steps)
+    for s in steps:
+        print(json.dumps(s))
+    summary = {"setup_s": round(t1 - t0, 2), "train_s": round(t2 - t1, 2), "steps": steps}
+    print(json.dumps({k: v for k, v in summary.items() if k != "steps"}))
+    if a.json:
+        Path(a.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(a.json).write_text(json.dumps(summary, indent=1) + "\n")
+
+
+def parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[1])
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--roots", type=int, default=8, help="M: root rollouts per generation batch")
@@ -30,25 +70,14 @@ def main() -> None:
     ap.add_argument("--advantage", default="treerpo")
     ap.add_argument("--out", default="runs/trl_tiny")
     ap.add_argument("--json", default="")
-    a = ap.parse_args()
-    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
-    import gymnasium as gym
-    import torch
-    from trace_gym.agents.hf import HFPolicy
-    from trace_gym.agents.tiny import default_test_config, tiny_model_dir
-    from trace_gym.bench.pipeline import pipeline_preset
-    from trace_gym.trainers.trl_adapter import ALLOCATION_FILE, TRLRolloutConfig, make_grpo_trainer
+    return ap.parse_args()
+
+
+def grpo_config(a: argparse.Namespace):
+    """TRL's trainer settings of the example: CPU, no saving, one log line per step."""
     from trl import GRPOConfig
 
-    torch.set_num_threads(1)
-    t0 = time.perf_counter()
-    policy = HFPolicy.from_pretrained(
-        str(tiny_model_dir(default_test_config(env_kwargs={"trace/Sim-v0": {"num_tasks": 8}}))),
-        temperature=1.0,
-        max_batch=32,
-    )
-    preset = pipeline_preset()
-    args = GRPOConfig(
+    return GRPOConfig(
         output_dir=a.out,
         per_device_train_batch_size=a.candidates * a.group,
         num_generations=a.group,
@@ -63,20 +92,15 @@ def main() -> None:
         temperature=1.0,
         disable_tqdm=True,
     )
-    cfg = TRLRolloutConfig(
-        root_budget=a.roots, replays_per_root=a.replays, m_max=4, advantage=a.advantage
-    )
-    trainer = make_grpo_trainer(
-        policy, lambda: gym.make("trace/Sim-v0", preset=preset, num_tasks=8, seed=0), args, cfg
-    )
-    t1 = time.perf_counter()
-    trainer.train()
-    t2 = time.perf_counter()
-    records = [
-        json.loads(line) for line in (Path(a.out) / ALLOCATION_FILE).read_text().splitlines()
-    ][-a.steps :]
+
+
+def step_rows(trainer, out: Path, n_steps: int) -> list[dict]:
+    """One row per step: TRL's loss and grad norm beside the step's TRACE allocation."""
+    from trace_gym.trainers.trl_adapter import ALLOCATION_FILE
+
+    records = [json.loads(line) for line in (out / ALLOCATION_FILE).read_text().splitlines()]
     logs = [h for h in trainer.state.log_history if "loss" in h]
-    steps = [
+    return [
         {
             "step": r["step"],
             "loss": h["loss"],
@@ -86,15 +110,8 @@ def main() -> None:
             "unit_rows": h["trace/unit_rows"],
             "env_reward": h["trace/reward"],
         }
-        for r, h in zip(records, logs, strict=True)
+        for r, h in zip(records[-n_steps:], logs, strict=True)
     ]
-    for s in steps:
-        print(json.dumps(s))
-    summary = {"setup_s": round(t1 - t0, 2), "train_s": round(t2 - t1, 2), "steps": steps}
-    print(json.dumps({k: v for k, v in summary.items() if k != "steps"}))
-    if a.json:
-        Path(a.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(a.json).write_text(json.dumps(summary, indent=1) + "\n")
 
 
 if __name__ == "__main__":

@@ -13,6 +13,8 @@ Each check lists every violation with its file and line, so one run shows all of
 from __future__ import annotations
 
 import ast
+import builtins
+import re
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,10 +43,41 @@ APPLICATION = "trace_gym.bench"
 #: as soon as it exists)
 STEP_LAYERS = ("trace_gym.runner", "trace_gym.plan", "trace_gym.alloc", "trace_gym.scheduling")
 
+#: where the core may name an outward module in a string or import a computed name: the
+#: registration tables and the loaders of their entry points, as path -> top-level names
+#: (an assignment's target or a function); a module left by a move (a key of
+#: trace_gym.compat.DEPRECATED_ALIASES) may also name its new home
+REGISTRATION_TABLES: dict[str, tuple[str, ...]] = {
+    "trace_gym/cli.py": ("COMMANDS", "BENCHMARKS", "_load"),  # the CLI's command routing
+    "trace_gym/registration.py": ("BUILTIN_ENVS", "check_env_id"),  # env registration
+    "trace_gym/predict/__init__.py": ("PREDICTORS", "predictor_class"),  # predictor registry
+    "trace_gym/alloc/__init__.py": ("ALLOCATORS", "make_allocator"),  # allocator registry
+    "trace_gym/compat.py": ("DEPRECATED_ALIASES", "_forward"),  # the deprecated aliases
+    "trace_gym/wrap.py": ("make_inner",),  # a user's "module:Factory" env spec
+    "trace_gym/distributed/engine.py": ("resolve",),  # a user's "module:function" hook
+    "trace_gym/optional.py": ("require",),  # optional third-party packages
+}
+
+#: a string that names an outward module or one of its attributes ("pkg.mod" or "pkg.mod:attr")
+OUTWARD_STRING = re.compile(r"trace_gym\.(?:envs|agents|trainers|bench)(?:\.\w+)*(?::[\w.]+)?")
+#: the calls that import a module named at run time
+DYNAMIC_IMPORTS = ("import_module", "__import__")
+
+#: the project's base error: every exception class derives from it (trace_gym/errors.py)
+BASE_ERROR = "TraceGymError"
+#: exception classes that may not derive from it, path:Class -> why
+FOREIGN_EXCEPTIONS: dict[str, str] = {
+    # runs inside the math sandbox, which imports nothing from trace_gym; a BaseException
+    # so that the sandboxed code's own `except Exception` cannot swallow the CPU limit
+    "envs/math/_sandbox_worker.py:CpuLimit": "sandbox-side, BaseException by design",
+    # the answer grammar also runs inside the sandbox (``python -s _judge.py``)
+    "envs/math/_judge.py:ParseError": "sandbox-side, imports nothing from trace_gym",
+}
+
 #: longest function allowed, in lines from `def` to its last line
 MAX_FUNCTION_LINES = 60
 #: the folders whose functions are held to it
-LENGTH_ROOTS = ("trace_gym", "envs", "agents", "trainers", "bench")
+LENGTH_ROOTS = ("trace_gym", "envs", "agents", "trainers", "bench", "corpora", "scripts")
 
 
 @dataclass(frozen=True)
@@ -207,6 +240,181 @@ def cycle_violations(edges: list[Edge]) -> list[str]:
     return out
 
 
+def package_of(module: str, modules: dict[str, Path]) -> str:
+    """`module` collapsed to its package one level under its root (trace_gym.sim.model ->
+    trace_gym.sim, trace_gym.envs.math.env -> trace_gym.envs.math); a module directly in a
+    root (trace_gym.runner) and a root itself stand for themselves."""
+    root = max((r for r in ROOTS.values() if _in(module, r)), key=len)
+    if module == root:
+        return module
+    first = f"{root}.{module[len(root) + 1 :].split('.')[0]}"
+    return first if modules[first].name == "__init__.py" else module
+
+
+def package_cycle_violations(modules: dict[str, Path], edges: list[Edge]) -> list[str]:
+    """Each import cycle between packages (modules collapsed by `package_of`)."""
+    collapsed = [
+        Edge(package_of(e.importer, modules), package_of(e.imported, modules), e.where)
+        for e in edges
+    ]
+    return cycle_violations([e for e in collapsed if e.importer != e.imported])
+
+
+def _names_bound(stmt: ast.stmt) -> set[str]:
+    """The names a top-level statement defines (a function, a class, an assignment's targets)."""
+    if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return {stmt.name}
+    targets = stmt.targets if isinstance(stmt, ast.Assign) else []
+    if isinstance(stmt, ast.AnnAssign):
+        targets = [stmt.target]
+    return {t.id for t in targets if isinstance(t, ast.Name)}
+
+
+def _outward_references(stmt: ast.stmt) -> list[tuple[int, str]]:
+    """(line, what) for each outward module string and each dynamic import in `stmt`.
+
+    Bare string statements (docstrings) name nothing; an f-string counts when its literal
+    start already names an outward package.
+    """
+    prose = {
+        id(n.value)
+        for n in ast.walk(stmt)
+        if isinstance(n, ast.Expr) and isinstance(n.value, ast.Constant)
+    }
+    out = []
+    for node in ast.walk(stmt):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in prose:
+            if OUTWARD_STRING.fullmatch(node.value):
+                out.append((node.lineno, f"names {node.value!r}"))
+        elif isinstance(node, ast.JoinedStr) and node.values:
+            head = node.values[0]
+            if isinstance(head, ast.Constant) and OUTWARD_STRING.match(str(head.value)):
+                out.append((node.lineno, f"names f'{head.value}...'"))
+        elif isinstance(node, ast.Call):
+            fn = node.func
+            name = fn.attr if isinstance(fn, ast.Attribute) else getattr(fn, "id", None)
+            if name in DYNAMIC_IMPORTS:
+                out.append((node.lineno, f"calls {name}(...)"))
+    return out
+
+
+def outward_string_violations(modules: dict[str, Path], aliases: frozenset[str]) -> list[str]:
+    """Each string in the core that names an outward module, and each import of a name
+    computed at run time, outside `REGISTRATION_TABLES` and the alias stubs (`aliases`)."""
+    out = []
+    for module, path in sorted(modules.items()):
+        if not path.is_relative_to(ROOT / "trace_gym") or module in aliases:
+            continue
+        rel = path.relative_to(ROOT).as_posix()
+        allowed = set(REGISTRATION_TABLES.get(rel, ()))
+        for stmt in ast.parse(path.read_text(), filename=str(path)).body:
+            if _names_bound(stmt) & allowed:
+                continue
+            found = sorted(_outward_references(stmt))
+            out += [f"{rel}:{line} {what}" for line, what in found]
+    return out
+
+
+def deprecated_aliases() -> frozenset[str]:
+    """The old module paths left as warning stubs (trace_gym.compat.DEPRECATED_ALIASES)."""
+    from trace_gym.compat import DEPRECATED_ALIASES
+
+    return frozenset(DEPRECATED_ALIASES)
+
+
+def private_imports(modules: dict[str, Path]) -> list[str]:
+    """Each ``from m import _name`` of a project module `m` where ``_name`` is a helper,
+    not a private submodule of `m` (``from pkg import _judge`` inside pkg is fine)."""
+    out = []
+    for module, path in sorted(modules.items()):
+        tree = ast.parse(path.read_text(), filename=str(path))
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.ImportFrom):
+                continue
+            for alias, target in zip(
+                node.names, _targets(node, module, path.name == "__init__.py"), strict=True
+            ):
+                name = alias.name
+                private = name.startswith("_") and not name.startswith("__")
+                source = target.rpartition(".")[0]
+                if private and source in modules and target not in modules:
+                    out.append(
+                        f"{path.relative_to(ROOT)}:{node.lineno} imports {name} from {source}"
+                    )
+    return out
+
+
+def _class_bases(roots: tuple[str, ...]) -> dict[str, tuple[str, set[str]]]:
+    """Every class of the roots: path:Class -> (Class, the simple names of its bases)."""
+    out = {}
+    for folder in roots:
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+                if isinstance(node, ast.ClassDef):
+                    bases = {
+                        b.attr if isinstance(b, ast.Attribute) else getattr(b, "id", "")
+                        for b in node.bases
+                    }
+                    out[f"{path.relative_to(ROOT)}:{node.name}"] = (node.name, bases)
+    return out
+
+
+def foreign_exceptions(roots: tuple[str, ...] = tuple(ROOTS)) -> list[str]:
+    """Each exception class (a subclass of a built-in exception, seen through the project's
+    own classes by simple name) that does not derive from `BASE_ERROR`."""
+    classes = _class_bases(roots)
+    by_name: dict[str, set[str]] = {}
+    for name, bases in classes.values():
+        by_name.setdefault(name, set()).update(bases)
+
+    def reaches(name: str, goal, seen: frozenset[str] = frozenset()) -> bool:
+        if goal(name):
+            return True
+        return any(reaches(b, goal, seen | {name}) for b in by_name.get(name, ()) if b not in seen)
+
+    def builtin_exception(name: str) -> bool:
+        obj = getattr(builtins, name, None)
+        return isinstance(obj, type) and issubclass(obj, BaseException)
+
+    return [
+        where
+        for where, (name, _) in sorted(classes.items())
+        if reaches(name, builtin_exception)
+        and not reaches(name, lambda n: n == BASE_ERROR)
+        and where not in FOREIGN_EXCEPTIONS
+    ]
+
+
+def attribute_docstrings(roots: tuple[str, ...] = tuple(ROOTS)) -> list[str]:
+    """Each string statement right after an assignment (a field documented by a docstring;
+    the project's style is a ``#:`` comment above the field), as path:line."""
+    out = []
+    for folder in roots:
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+                body = getattr(node, "body", None)
+                body = body if isinstance(body, list) else []
+                for a, b in zip(body, body[1:], strict=False):
+                    doc = isinstance(b, ast.Expr) and isinstance(b.value, ast.Constant)
+                    if doc and isinstance(a, (ast.Assign, ast.AnnAssign)):
+                        out.append(f"{path.relative_to(ROOT)}:{b.lineno}")
+    return out
+
+
+def plain_parsers(roots: tuple[str, ...] = tuple(ROOTS)) -> list[str]:
+    """Each ``argparse.ArgumentParser(...)`` built in the roots outside `trace_gym.cli.Parser`
+    (every command's parser is a `Parser`, whose usage errors the CLI reports), path:line."""
+    out = []
+    for folder in roots:
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+                fn = node.func if isinstance(node, ast.Call) else None
+                name = fn.attr if isinstance(fn, ast.Attribute) else getattr(fn, "id", None)
+                if name == "ArgumentParser":
+                    out.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    return out
+
+
 def layer_of(module: str) -> int | None:
     for i, layer in enumerate(STEP_LAYERS):
         if _in(module, layer):
@@ -264,6 +472,22 @@ def test_core_never_imports_envs_agents_trainers():
     assert not bad, _report("core modules reach outward (use a 'module:attr' entry point)", bad)
 
 
+def test_core_names_no_outward_module_outside_the_registration_tables():
+    modules, _ = import_graph()
+    bad = outward_string_violations(modules, deprecated_aliases())
+    assert not bad, _report(
+        "outward module strings or dynamic imports in the core (register the entry point "
+        "in a table of REGISTRATION_TABLES, or import downward)",
+        bad,
+    )
+
+
+def test_the_registration_tables_exist():
+    for rel, names in REGISTRATION_TABLES.items():
+        bound = set().union(*map(_names_bound, ast.parse((ROOT / rel).read_text()).body))
+        assert set(names) <= bound, f"{rel}: no top-level {sorted(set(names) - bound)}"
+
+
 def test_nothing_below_the_application_layer_imports_it():
     modules, edges = import_graph()
     bad = [
@@ -278,6 +502,40 @@ def test_no_import_cycles():
     _, edges = import_graph()
     bad = cycle_violations(edges)
     assert not bad, _report("import cycles (incl. TYPE_CHECKING and function-level imports)", bad)
+
+
+def test_no_package_cycles():
+    modules, edges = import_graph()
+    bad = package_cycle_violations(modules, edges)
+    assert not bad, _report("cycles between packages", bad)
+
+
+def test_no_private_helper_is_imported_across_modules():
+    modules, _ = import_graph()
+    bad = private_imports(modules)
+    assert not bad, _report("private helpers imported from another module (make them public)", bad)
+
+
+def test_every_exception_derives_from_the_base_error():
+    bad = foreign_exceptions()
+    assert not bad, _report(
+        f"exception classes not under {BASE_ERROR} (re-parent them, or list the reason in "
+        "FOREIGN_EXCEPTIONS)",
+        bad,
+    )
+    assert set(FOREIGN_EXCEPTIONS) <= set(_class_bases(tuple(ROOTS)))  # the list cannot rot
+
+
+def test_fields_are_documented_with_comments():
+    bad = attribute_docstrings()
+    assert not bad, _report("attribute docstrings (write a `#:` comment above the field)", bad)
+
+
+def test_every_command_parser_is_the_cli_parser():
+    bad = plain_parsers()
+    assert not bad, _report(
+        "argparse.ArgumentParser built directly (use trace_gym.cli.Parser)", bad
+    )
 
 
 def test_step_layers_import_downward_only():
@@ -308,7 +566,11 @@ def test_checker_finds_lazy_typechecking_and_relative_imports(tmp_path, monkeypa
                 "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .runner import Runner\n"
             ),
             "trace_gym/alloc/__init__.py": "from .policies import make\n",
-            "trace_gym/alloc/policies.py": "def make():\n    from trace_gym.agents.tiny import model\n",
+            "trace_gym/alloc/policies.py": (
+                "def make():\n    from trace_gym.agents.tiny import model\n"
+                "from . import _shared\nfrom ._shared import _helper, __version__\n"
+            ),
+            "trace_gym/alloc/_shared.py": "",
             "trace_gym/plan.py": "import trace_gym.runner\n",
             "agents/__init__.py": "",
             "agents/tiny.py": "import trace_gym.alloc\nmodel = 1\n",
@@ -325,6 +587,7 @@ def test_checker_finds_lazy_typechecking_and_relative_imports(tmp_path, monkeypa
         ("trace_gym.scheduling", "trace_gym.runner"),
         ("trace_gym.alloc", "trace_gym.alloc.policies"),
         ("trace_gym.alloc.policies", "trace_gym.agents.tiny"),
+        ("trace_gym.alloc.policies", "trace_gym.alloc._shared"),
         ("trace_gym.plan", "trace_gym.runner"),
         ("trace_gym.agents.tiny", "trace_gym.alloc"),
         ("trace_gym.tree", "trace_gym.corpora"),
@@ -345,6 +608,10 @@ def test_checker_finds_lazy_typechecking_and_relative_imports(tmp_path, monkeypa
         "trace_gym.agents.tiny <-> trace_gym.alloc <-> trace_gym.alloc.policies" in c
         for c in cycles
     )
+    # a private submodule of its own package may be imported; a private helper may not
+    assert private_imports(modules) == [
+        "trace_gym/alloc/policies.py:4 imports _helper from trace_gym.alloc._shared"
+    ]
     layers = layer_violations(edges)
     assert "trace_gym.plan -> trace_gym.runner (trace_gym/plan.py:1)" in layers
     assert "trace_gym.scheduling -> trace_gym.runner (trace_gym/scheduling.py:3)" in layers
@@ -360,3 +627,126 @@ def test_checker_measures_function_length(tmp_path, monkeypatch):
     )
     monkeypatch.setitem(globals(), "ROOT", tmp_path)
     assert long_functions(("trace_gym",)) == ["trace_gym/a.py:64 long (61 lines)"]
+
+
+def test_checker_finds_outward_strings_outside_the_registration_tables(tmp_path, monkeypatch):
+    _write(
+        tmp_path,
+        {
+            "trace_gym/__init__.py": "",
+            "trace_gym/hooks.py": (
+                '"""Docs may name trace_gym.agents.tiny:model."""\n'
+                "import importlib\n"
+                'HOOK = "trace_gym.agents.tiny:model"\n'
+                "def load(name):\n"
+                '    return importlib.import_module(f"trace_gym.envs.{name}.env")\n'
+                'OK = ("trace_gym.sim.env:SimEnv", "pip install trace-gym[agents]")\n'
+            ),
+            "trace_gym/cli.py": (
+                'COMMANDS = {"demo": "trace_gym.bench.demo:main"}\nOTHER = "trace_gym.trainers"\n'
+            ),
+            "trace_gym/old.py": '__getattr__ = moved(__name__, "trace_gym.bench.old")\n',
+        },
+    )
+    monkeypatch.setitem(globals(), "ROOT", tmp_path)
+    modules = module_files()
+    hits = [
+        "trace_gym/cli.py:2 names 'trace_gym.trainers'",
+        "trace_gym/hooks.py:3 names 'trace_gym.agents.tiny:model'",
+        "trace_gym/hooks.py:5 calls import_module(...)",
+        "trace_gym/hooks.py:5 names f'trace_gym.envs....'",
+    ]
+    assert outward_string_violations(modules, frozenset({"trace_gym.old"})) == hits
+    # a stub left by a move may name its new home only while it is a listed alias
+    assert outward_string_violations(modules, frozenset()) == [
+        *hits,
+        "trace_gym/old.py:1 names 'trace_gym.bench.old'",
+    ]
+
+
+def test_checker_finds_package_cycles_that_no_module_cycle_shows(tmp_path, monkeypatch):
+    _write(
+        tmp_path,
+        {
+            "trace_gym/__init__.py": "",
+            "trace_gym/errors.py": "",
+            "trace_gym/sim/__init__.py": "from trace_gym import errors\n",
+            "trace_gym/sim/model.py": "",
+            "trace_gym/sim/quality.py": "def q():\n    from trace_gym.predict import make\n",
+            "trace_gym/predict/__init__.py": "from trace_gym.predict.oracle import make\n",
+            "trace_gym/predict/oracle.py": "def make():\n    from trace_gym.sim.model import v\n",
+            "envs/__init__.py": "",
+            "envs/math/__init__.py": "from trace_gym.envs.math import env\n",
+            "envs/math/env.py": "import trace_gym.sim\n",
+        },
+    )
+    monkeypatch.setitem(globals(), "ROOT", tmp_path)
+    modules, edges = import_graph()
+    assert cycle_violations(edges) == []
+    assert package_of("trace_gym.sim.model", modules) == "trace_gym.sim"
+    assert package_of("trace_gym.envs.math.env", modules) == "trace_gym.envs.math"
+    assert package_of("trace_gym.errors", modules) == "trace_gym.errors"
+    assert package_of("trace_gym.envs", modules) == "trace_gym.envs"
+    assert package_cycle_violations(modules, edges) == [
+        "trace_gym.predict <-> trace_gym.sim:\n"
+        "    trace_gym.predict -> trace_gym.sim (trace_gym/predict/oracle.py:2)\n"
+        "    trace_gym.sim -> trace_gym.predict (trace_gym/sim/quality.py:2)"
+    ]
+
+
+def test_checker_finds_exceptions_outside_the_base_error(tmp_path, monkeypatch):
+    _write(
+        tmp_path,
+        {
+            "trace_gym/errors.py": (
+                "class TraceGymError(Exception): ...\n"
+                "class ConfigError(TraceGymError, ValueError): ...\n"
+            ),
+            "envs/a.py": (
+                "import errors\n"
+                "class Mine(ConfigError): ...\n"
+                "class Qualified(errors.TraceGymError): ...\n"
+                "class Stray(ValueError): ...\n"
+                "class Deep(Stray): ...\n"
+                "class NotAnError(dict): ...\n"
+            ),
+        },
+    )
+    monkeypatch.setitem(globals(), "ROOT", tmp_path)
+    assert foreign_exceptions(("trace_gym", "envs")) == ["envs/a.py:Deep", "envs/a.py:Stray"]
+
+
+def test_checker_finds_attribute_docstrings(tmp_path, monkeypatch):
+    _write(
+        tmp_path,
+        {
+            "envs/a.py": (
+                '"""Module doc."""\n'
+                "X = 1\n"
+                '"""x"""\n'
+                "class C:\n"
+                '    """Class doc."""\n'
+                "    #: fine\n"
+                "    y: int = 0\n"
+                "    z: int = 0\n"
+                '    """not fine"""\n'
+            ),
+        },
+    )
+    monkeypatch.setitem(globals(), "ROOT", tmp_path)
+    assert attribute_docstrings(("envs",)) == ["envs/a.py:3", "envs/a.py:9"]
+
+
+def test_checker_finds_plain_argument_parsers(tmp_path, monkeypatch):
+    _write(
+        tmp_path,
+        {
+            "bench/a.py": (
+                "import argparse\nfrom argparse import ArgumentParser\n"
+                "from trace_gym.cli import Parser\n"
+                "a = argparse.ArgumentParser()\nb = ArgumentParser()\nc = Parser()\n"
+            )
+        },
+    )
+    monkeypatch.setitem(globals(), "ROOT", tmp_path)
+    assert plain_parsers(("bench",)) == ["bench/a.py:4", "bench/a.py:5"]

@@ -19,12 +19,9 @@ import gymnasium as gym
 import numpy as np
 
 from trace_gym.core import Checkpoint, TraceEnv, unwrap
+from trace_gym.errors import CheckpointContractError
 
 __all__ = ["CheckpointContractError", "check_checkpoint"]
-
-
-class CheckpointContractError(AssertionError):
-    """The env broke the restore contract; the message says where."""
 
 
 @dataclass

@@ -5,20 +5,36 @@ Each sub-command lives in the module that owns the feature and exposes
 imports torch. Unknown commands list the known ones.
 
 Errors are reported in one place (`run_command`): a `TraceGymError` (a bad config,
-file or value), an argparse usage error, a gymnasium error (an unknown env id) or an
-OS error on a user's file becomes one line on stderr and exit code 2, never a
-traceback. Anything else is a bug and keeps its traceback.
+file or value), a usage error of a command's `Parser`, a gymnasium error (an unknown
+env id) or an OS error on a user's file becomes one line on stderr and exit code 2,
+never a traceback. Anything else is a bug and keeps its traceback. Every command builds
+its arguments with `Parser`, and both help tables (`trace-gym --help`, `trace-gym bench
+--help`) come from `help_table`.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import contextvars
 import importlib
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
+from typing import NoReturn
 
-from trace_gym.errors import TraceGymError
+from trace_gym.errors import TraceGymError, UsageError
+
+__all__ = [
+    "BENCHMARKS",
+    "COMMANDS",
+    "Parser",
+    "UsageError",
+    "bench_main",
+    "envs_main",
+    "help_table",
+    "main",
+    "run_command",
+]
 
 #: command -> "module:function" (function takes argv, returns an exit code)
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -115,6 +131,18 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
 }
 
 
+def help_table(usage: str, heading: str, table: Mapping[str, tuple[str, str]]) -> str:
+    """A help page: the usage line, then one row per entry of a routing table.
+
+    Both tables share one name column (as wide as the longest name of either, plus two),
+    so ``trace-gym --help`` and ``trace-gym bench --help`` line up, and a long name never
+    pushes its help out of the column.
+    """
+    width = max(map(len, [*COMMANDS, *BENCHMARKS, *table])) + 2
+    rows = [f"  {name:<{width}}{help_}" for name, (_, help_) in table.items()]
+    return "\n".join([f"usage: {usage}", "", f"{heading}:", *rows])
+
+
 def _load(target: str):
     module, func = target.split(":")
     try:
@@ -130,7 +158,7 @@ def _load(target: str):
 
 def envs_main(argv: list[str]) -> int:
     """List the registered env ids, one line each."""
-    argparse.ArgumentParser(prog="trace-gym envs", description=envs_main.__doc__).parse_args(argv)
+    Parser(prog="trace-gym envs", description=envs_main.__doc__).parse_args(argv)
     from trace_gym.registration import BUILTIN_ENVS
 
     width = max(len(e.id) for e in BUILTIN_ENVS)
@@ -142,9 +170,7 @@ def envs_main(argv: list[str]) -> int:
 def bench_main(argv: list[str]) -> int:
     """Dispatch `trace-gym bench NAME ...`."""
     if not argv or argv[0] in ("-h", "--help"):
-        print("usage: trace-gym bench NAME [options]\n\nbenchmarks:")
-        for name, (_, help_) in BENCHMARKS.items():
-            print(f"  {name:<12} {help_}")
+        print(help_table("trace-gym bench NAME [options]", "benchmarks", BENCHMARKS))
         return 0
     name, rest = argv[0], argv[1:]
     if name not in BENCHMARKS:
@@ -156,23 +182,32 @@ def bench_main(argv: list[str]) -> int:
     return run_command(f"trace-gym bench {name}", _load(BENCHMARKS[name][0]), rest)
 
 
-class UsageError(TraceGymError):
-    """A command line argparse refused (raised instead of argparse's usage-and-exit)."""
+#: True while `run_command` runs a command: its parsers raise instead of exiting
+_IN_COMMAND: contextvars.ContextVar[bool] = contextvars.ContextVar("in_command", default=False)
 
 
-def _usage_error(parser: argparse.ArgumentParser, message: str):
-    raise UsageError(f"{message} (see {parser.prog} --help)")
+class Parser(argparse.ArgumentParser):
+    """The argument parser of every command: a usage error raises `UsageError`.
+
+    Under `run_command` (every ``trace-gym ...`` command) the error is raised, so the
+    command ends the way every user error does: one line ``PROG: error: ...`` on stderr
+    and exit code 2. A module run directly (``python -m ...``) keeps argparse's usage
+    message and exit code 2. Sub-parsers made by `add_subparsers` are `Parser`s too.
+    """
+
+    def error(self, message: str) -> NoReturn:
+        if _IN_COMMAND.get():
+            raise UsageError(f"{message} (see {self.prog} --help)")
+        super().error(message)
 
 
 @contextlib.contextmanager
-def _argparse_raises() -> Iterator[None]:
-    """Make every `argparse.ArgumentParser` raise `UsageError` instead of printing usage and exiting."""
-    original = argparse.ArgumentParser.error
-    argparse.ArgumentParser.error = _usage_error  # type: ignore[method-assign]
+def _in_command() -> Iterator[None]:
+    token = _IN_COMMAND.set(True)
     try:
         yield
     finally:
-        argparse.ArgumentParser.error = original  # type: ignore[method-assign]
+        _IN_COMMAND.reset(token)
 
 
 def _is_user_error(e: BaseException) -> bool:
@@ -183,7 +218,7 @@ def _is_user_error(e: BaseException) -> bool:
 def run_command(prog: str, func: Callable[[list[str]], int | None], argv: list[str]) -> int:
     """Run one command; a user error becomes one line ``PROG: error: ...`` on stderr and exit 2."""
     try:
-        with _argparse_raises():
+        with _in_command():
             return int(func(argv) or 0)
     except Exception as e:
         if not _is_user_error(e):
@@ -199,9 +234,7 @@ def run_command(prog: str, func: Callable[[list[str]], int | None], argv: list[s
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help"):
-        print("usage: trace-gym COMMAND [options]\n\ncommands:")
-        for name, (_, help_) in COMMANDS.items():
-            print(f"  {name:<16} {help_}")
+        print(help_table("trace-gym COMMAND [options]", "commands", COMMANDS))
         return 0
     cmd, rest = argv[0], argv[1:]
     if cmd not in COMMANDS:
@@ -214,4 +247,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    # run the imported module's `main`: the commands' parsers read *its* `_IN_COMMAND`
+    from trace_gym.cli import main as imported_main
+
+    raise SystemExit(imported_main())

@@ -7,7 +7,8 @@ A module that moved leaves a stub at its old path whose only line is::
 Reading any attribute of the old module warns once (`DeprecationWarning`, naming the new
 path) and returns the new module's attribute. The aliases are listed in
 `DEPRECATED_ALIASES` (the architecture test allows their outward strings and nothing
-else) and go in 0.3.
+else) and go in 0.3. A name that left a package which stays (`MOVED_NAMES`) is
+forwarded the same way by the package's ``__getattr__ = moved_names(__name__)``.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import warnings
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["DEPRECATED_ALIASES", "REMOVED_IN", "moved"]
+__all__ = ["DEPRECATED_ALIASES", "MOVED_NAMES", "REMOVED_IN", "moved", "moved_names"]
 
 REMOVED_IN = "0.3"
 
@@ -32,6 +33,12 @@ DEPRECATED_ALIASES: dict[str, str] = {
     "trace_gym.trainers.train_bench": "trace_gym.bench.train",
     "trace_gym.trainers.pipeline": "trace_gym.bench.pipeline",
     "trace_gym.trainers.sim_learner": "trace_gym.bench.sim_learner",
+    "trace_gym.predict.oracle": "trace_gym.sim.oracle",
+}
+
+#: package -> (module the names moved to, the names): a few names left a package that stays
+MOVED_NAMES: dict[str, tuple[str, tuple[str, ...]]] = {
+    "trace_gym.predict": ("trace_gym.sim.oracle", ("NoisyOraclePredictor", "OraclePredictor")),
 }
 
 
@@ -39,18 +46,29 @@ def moved(old: str, new: str) -> Callable[[str], Any]:
     """A module ``__getattr__`` for the stub left at `old`: warn, then read from `new`."""
     if DEPRECATED_ALIASES.get(old) != new:
         raise ValueError(f"{old} -> {new} is not in trace_gym.compat.DEPRECATED_ALIASES")
-    warned = False
+    return _forward(old, new, None)
+
+
+def moved_names(package: str) -> Callable[[str], Any]:
+    """A package ``__getattr__`` that forwards the names `MOVED_NAMES` lists for it (warning)."""
+    new, names = MOVED_NAMES[package]
+    return _forward(package, new, frozenset(names))
+
+
+def _forward(old: str, new: str, names: frozenset[str] | None) -> Callable[[str], Any]:
+    """``__getattr__`` of `old`: read the attribute (one of `names`, if given) from `new`,
+    warning once per stub (once per name for moved names)."""
+    warned: set[str | None] = set()
 
     def __getattr__(name: str) -> Any:
-        nonlocal warned
-        if name.startswith("__") and name.endswith("__"):
-            raise AttributeError(name)
-        if not warned:
-            warned = True
+        if (name.startswith("__") and name.endswith("__")) or (names and name not in names):
+            raise AttributeError(f"module {old!r} has no attribute {name!r}")
+        key = None if names is None else name
+        if key not in warned:
+            warned.add(key)
+            what = f"{old} moved to {new}" if names is None else f"{old}.{name} moved to {new}"
             warnings.warn(
-                f"{old} moved to {new}; the old path goes in {REMOVED_IN}",
-                DeprecationWarning,
-                stacklevel=2,
+                f"{what}; the old path goes in {REMOVED_IN}", DeprecationWarning, stacklevel=2
             )
         return getattr(importlib.import_module(new), name)
 

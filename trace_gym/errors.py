@@ -43,6 +43,11 @@ class CheckpointError(TraceGymError):
     """A checkpoint cannot be restored into this env (other env id, task set, or stale)."""
 
 
+class CheckpointContractError(TraceGymError, AssertionError):
+    """An env broke the restore contract (`trace_gym.checker.check_checkpoint`); the
+    message says where. An AssertionError too: it is a failed check."""
+
+
 class TreeFormatError(TraceGymError, ValueError):
     """A rollout-tree file is corrupted or written by an unsupported format version."""
 
@@ -72,6 +77,11 @@ class UnknownNameError(ConfigError, KeyError):
         return str(self.args[0])
 
 
+class UsageError(TraceGymError):
+    """A command line its parser refused (`trace_gym.cli.Parser`, instead of argparse's
+    usage-and-exit); the message ends with where to read the usage."""
+
+
 class PolicyError(TraceGymError, RuntimeError):
     """A policy backend failed to produce a turn (recorded on the branch, never fatal to a batch)."""
 
@@ -89,6 +99,11 @@ class BranchFailures(TraceGymError, RuntimeError):
 
     An env or backend bug that fails every branch would otherwise only be counted.
     """
+
+
+class WorkerLost(TraceGymError, RuntimeError):
+    """Rollout workers kept dying on the same prompts; their trees could not be made
+    (`trace_gym.distributed.RayRunner`)."""
 
 
 def unknown(kind: str, name: str, table) -> UnknownNameError:

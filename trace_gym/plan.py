@@ -37,8 +37,8 @@ from trace_gym.tree import RolloutTree, success_threshold_for
 
 __all__ = [
     "Described",
-    "expand",
     "env_id_of",
+    "expand",
     "is_cost_aware",
     "plan_roots",
     "predictor_fn",
@@ -79,7 +79,7 @@ def predictor_fn(
 
 def is_cost_aware(allocator: Any) -> bool:
     """Whether `allocator` spends a cost budget on prefixes that each carry their own cost."""
-    return bool(getattr(allocator, "cost_aware", False))
+    return bool(allocator.cost_aware)
 
 
 def _name(allocator: Any) -> str:
@@ -181,7 +181,7 @@ def split_replays(ctx: StepContext, works: Sequence[PromptWork]) -> int:
 
     Flat allocators (``branching = False``) get none.
     """
-    branching = bool(getattr(ctx.allocator, "branching", True))
+    branching = bool(ctx.allocator.branching)
     total = ctx.budget.replays if branching and works else 0
     if total:
         with ctx.stopwatch("allocator"):

@@ -6,17 +6,17 @@ process runs this command and the run is sharded with FSDP2 (`trace_gym.trainers
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import sys
 
+from trace_gym.cli import Parser
 from trace_gym.errors import ConfigError
 
-__all__ = ["main"]
+__all__ = ["main", "parse_value"]
 
 
-def _value(text: str):
+def parse_value(text: str):
     """Parse an override value as JSON when it is JSON (numbers, booleans, lists), else a string."""
     try:
         return json.loads(text)
@@ -46,7 +46,7 @@ def _print_last(last: dict) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="trace-gym train", description=__doc__)
+    p = Parser(prog="trace-gym train", description=__doc__)
     p.add_argument(
         "--config", required=True, help="config file (.toml, .yaml, .json); see configs/"
     )
@@ -71,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"trace-gym train: --set needs KEY=VALUE, got {item!r}", file=sys.stderr)
             return 2
         k, v = item.split("=", 1)
-        overrides[k.strip()] = _value(v)
+        overrides[k.strip()] = parse_value(v)
     if args.out_dir:
         overrides["out_dir"] = args.out_dir
     try:

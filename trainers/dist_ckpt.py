@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from trace_gym.trainers.loop import CHECKSUMS, _sha256, publish_checkpoint
+from trace_gym.trainers.loop import CHECKSUMS, publish_checkpoint, sha256_file
 
 from trace_gym.errors import ConfigError
 from trace_gym.optional import require
@@ -113,7 +113,7 @@ def check(path: Path) -> str | None:
     for name, digest in sums.items():
         if not (path / name).is_file():
             return f"{name} is missing"
-        if _sha256(path / name) != digest:
+        if sha256_file(path / name) != digest:
             return f"{name} does not match its checksum (truncated or changed)"
     return None
 

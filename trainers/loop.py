@@ -68,7 +68,15 @@ from trace_gym.tree import RolloutTree, batch_metrics, save_trees
 
 torch = require("torch", "train")
 
-__all__ = ["Trainer", "TrainerParts", "build_parts", "build_policy", "load_trainer_model"]
+__all__ = [
+    "Trainer",
+    "TrainerParts",
+    "UpdateStats",
+    "build_parts",
+    "build_policy",
+    "load_trainer_model",
+    "sha256_file",
+]
 
 log = logging.getLogger(__name__)
 
@@ -291,7 +299,7 @@ class MicroStats:
 
 
 @dataclass
-class _UpdateStats:
+class UpdateStats:
     """Accumulates micro-batch and optimiser-step statistics into `Trainer.update`'s metrics."""
 
     values: dict[str, list[tuple[float, float]]] = field(
@@ -495,7 +503,7 @@ class Trainer:
         return out, st
 
     def _optimizer_step(
-        self, samples: list[Sample], idx: Sequence[int], old: OldLogprobs, stats: _UpdateStats
+        self, samples: list[Sample], idx: Sequence[int], old: OldLogprobs, stats: UpdateStats
     ) -> None:
         """One AdamW step on the mini-batch `samples[idx]`, accumulated over micro-batches."""
         a, o = self.config.algo, self.config.optim
@@ -528,7 +536,7 @@ class Trainer:
         self.model.train()
         rng = np.random.default_rng(stable_seed("minibatch", self.config.seed, step))
         mini = o.mini_batch_size or len(samples)
-        stats = _UpdateStats()
+        stats = UpdateStats()
         for _ in range(o.epochs):
             order = rng.permutation(len(samples))
             for start in range(0, len(order), mini):
@@ -812,7 +820,8 @@ class _BadCheckpoint(TraceGymError):
     """A checkpoint dir that cannot be read (truncated, checksum mismatch, missing file)."""
 
 
-def _sha256(path: Path) -> str:
+def sha256_file(path: Path) -> str:
+    """Hex SHA-256 of the file at `path`, read in 1 MiB chunks."""
     h = hashlib.sha256()
     with open(path, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):
@@ -824,7 +833,7 @@ def publish_checkpoint(tmp: Path, final: Path, files: Sequence[str], keep: int) 
     """Write the checksums of `files` in `tmp`, move `tmp` to `final`, point ``latest`` at it
     (both with ``os.replace``) and keep the newest `keep` checkpoints."""
     root = final.parent
-    sums = {name: _sha256(tmp / name) for name in files}
+    sums = {name: sha256_file(tmp / name) for name in files}
     (tmp / CHECKSUMS).write_text(json.dumps(sums, indent=1) + "\n")
     if final.exists():
         shutil.rmtree(final)
@@ -846,7 +855,7 @@ def _read_checkpoint(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
             json.loads(sums_path.read_text()) if sums_path.exists() else {}
         )  # older checkpoints have none
         for name in CHECKPOINT_FILES:
-            if name in sums and _sha256(path / name) != sums[name]:
+            if name in sums and sha256_file(path / name) != sums[name]:
                 raise _BadCheckpoint(f"{name} does not match its checksum (truncated or changed)")
         blob = torch.load(path / "trainer.pt", map_location="cpu", weights_only=False)
         with open(path / "state.pkl", "rb") as f:

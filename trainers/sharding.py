@@ -44,7 +44,7 @@ from typing import Any
 
 from trace_gym.trainers.config import DistConfig, TrainConfig
 from trace_gym.trainers.data import Sample, collate
-from trace_gym.trainers.loop import OldLogprobs, Trainer, _UpdateStats
+from trace_gym.trainers.loop import OldLogprobs, Trainer, UpdateStats
 from trace_gym.trainers.sync import sync_weights
 
 from trace_gym.errors import ConfigError
@@ -55,6 +55,7 @@ torch = require("torch", "train")
 __all__ = [
     "DistEnv",
     "ShardedTrainer",
+    "full_state",
     "init_distributed",
     "make_trainer",
     "shard_model",
@@ -227,7 +228,7 @@ class _FullWeights:
         return iter(self._state.items())
 
 
-def _full_state(model: Any, keep: bool, dtype: Any) -> dict[str, Any]:
+def full_state(model: Any, keep: bool, dtype: Any) -> dict[str, Any]:
     """The full state dict (tied weights under every name), kept on the ranks where `keep`;
     every rank gathers the same parameters in the same order."""
     alias: dict[str, str] = {}
@@ -320,7 +321,7 @@ class ShardedTrainer(Trainer):
         """Gather the sharded weights to rank 0's generator (every rank takes part in the gathers)."""
         main = self.dist.is_main
         if self._mode == "view":
-            state = _full_state(self.model, main, self._gen_dtype)
+            state = full_state(self.model, main, self._gen_dtype)
             return sync_weights(self.policy, _FullWeights(state)) if main else "gathered"
         own = dict(self.generator.named_parameters()) if self.generator is not None else {}
         with torch.no_grad():
@@ -394,7 +395,7 @@ class ShardedTrainer(Trainer):
         return OldLogprobs(old, ref)
 
     def _optimizer_step(
-        self, samples: list[Sample], idx: Sequence[int], old: OldLogprobs, stats: _UpdateStats
+        self, samples: list[Sample], idx: Sequence[int], old: OldLogprobs, stats: UpdateStats
     ) -> None:
         """One AdamW step on the mini-batch `samples[idx]`: this rank's share, the whole batch's normaliser."""
         a, o = self.config.algo, self.config.optim
@@ -407,7 +408,7 @@ class ShardedTrainer(Trainer):
         mine, mbs = self._mine(idx), o.micro_batch_size
         n_micro = _micro_count(len(idx), self.dist.world_size, mbs)
         self.optimizer.zero_grad(set_to_none=True)
-        local = _UpdateStats()
+        local = UpdateStats()
         for k in range(n_micro):
             if self.config.dist.accumulate_unsharded:
                 self.model.set_requires_gradient_sync(k == n_micro - 1)
@@ -449,7 +450,7 @@ class ShardedTrainer(Trainer):
 
 
 def _merge_stats(
-    stats: _UpdateStats, parts: list[tuple[dict[str, list[tuple[float, float]]], float, float]]
+    stats: UpdateStats, parts: list[tuple[dict[str, list[tuple[float, float]]], float, float]]
 ) -> None:
     """Add every rank's micro-batch statistics of one optimiser step to `stats` (sums over ranks:
     each micro-batch loss is a share of the whole mini-batch's loss)."""

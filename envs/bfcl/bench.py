@@ -10,7 +10,6 @@ uses. Medians and p99 are reported in milliseconds.
 
 from __future__ import annotations
 
-import argparse
 import copy
 import json
 import pickle
@@ -19,6 +18,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+
+from trace_gym.cli import Parser
 
 __all__ = ["main", "run"]
 
@@ -132,9 +133,7 @@ def run(
 
 def main(argv: list[str]) -> int:
     """Entry point of ``trace-gym bench bfcl``."""
-    parser = argparse.ArgumentParser(
-        prog="trace-gym bench bfcl", description=__doc__.splitlines()[0]
-    )
+    parser = Parser(prog="trace-gym bench bfcl", description=__doc__.splitlines()[0])
     parser.add_argument(
         "--limit", type=int, default=None, help="only the first N entries (default: all 800)"
     )

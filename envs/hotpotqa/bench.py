@@ -37,9 +37,10 @@ from trace_gym.envs.hotpotqa.data import (
 )
 from trace_gym.envs.hotpotqa.retrievers import BM25Retriever, Hit, Retriever
 
+from trace_gym.cli import Parser
 from trace_gym.realdata import path_of
 
-__all__ = ["main", "recall_at_k", "run_policy"]
+__all__ = ["main", "pad_corpus", "recall_at_k", "run_policy"]
 
 log = logging.getLogger(__name__)
 REAL_SAMPLE = "hotpotqa/hotpot_distractor_sample_500.jsonl"
@@ -112,7 +113,8 @@ def _timed(fn: Callable[[], Any]) -> tuple[Any, float]:
     return out, time.perf_counter() - t
 
 
-def _pad_corpus(real: list[Passage], total: int, seed: int) -> list[Passage]:
+def pad_corpus(real: list[Passage], total: int, seed: int) -> list[Passage]:
+    """`real` padded to `total` passages with generated ones (a corpus of benchmark size)."""
     from trace_gym.corpora import build_hotpotqa as gen
 
     need = max(0, total - len(real))
@@ -185,7 +187,7 @@ def _cached_embeddings(
 
 
 def _parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="trace-gym bench retrieval", description=main.__doc__)
+    ap = Parser(prog="trace-gym bench retrieval", description=main.__doc__)
     ap.add_argument(
         "--json", type=Path, default=None, help="also write the results to this JSON file"
     )
@@ -246,7 +248,7 @@ def _sparse(
 ) -> None:
     """BM25 speed on the padded corpus; recall, policies and pyserini agreement on the real sample."""
     print(f"[bm25] corpus of {args.passages:,} passages ({len(real):,} real)...", file=sys.stderr)
-    corpus = _pad_corpus(real, args.passages, args.seed)
+    corpus = pad_corpus(real, args.passages, args.seed)
     queries = _queries(tasks, args.queries, corpus)
     report.update(bench_bm25(corpus, queries, args.threads))
     del corpus

@@ -25,6 +25,8 @@ from typing import Any
 
 import numpy as np
 
+from trace_gym.cli import Parser
+
 __all__ = ["LoadResult", "main", "run_load"]
 
 GOALS = {"errors": 0, "p99_ms": 250.0, "qps": 1500.0, "ratio_to_old": 2.0}
@@ -198,20 +200,18 @@ def _measure(
 
 
 def _corpus(args: argparse.Namespace) -> tuple[list[Any], list[str]]:
-    from trace_gym.envs.hotpotqa.bench import _pad_corpus, default_real_path
+    from trace_gym.envs.hotpotqa.bench import default_real_path, pad_corpus
     from trace_gym.envs.hotpotqa.data import context_passages, load_hotpotqa
 
     real_path = args.real or default_real_path()
     tasks = load_hotpotqa(real_path) if real_path.exists() else []
-    corpus = _pad_corpus(context_passages(tasks), args.passages, args.seed)[: args.passages]
+    corpus = pad_corpus(context_passages(tasks), args.passages, args.seed)[: args.passages]
     queries = [t.question for t in tasks] or [p.title for p in corpus[:2000]]
     return corpus, queries
 
 
 def _parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(
-        prog="trace-gym bench retriever-server", description=__doc__.split("\n\n")[0]
-    )
+    ap = Parser(prog="trace-gym bench retriever-server", description=__doc__.split("\n\n")[0])
     ap.add_argument("--passages", type=int, default=100_000)
     ap.add_argument("--clients", type=int, default=64)
     ap.add_argument(

@@ -36,11 +36,13 @@ __all__ = [
     "load_bundled",
     "load_hotpotqa",
     "load_wiki18",
+    "open_text",
     "passage_from_contents",
 ]
 
 
-def _open_text(path: Path) -> io.TextIOBase:
+def open_text(path: Path) -> io.TextIOBase:
+    """`path` opened for reading UTF-8 text, through gzip when it ends in ``.gz``."""
     if path.suffix == ".gz":
         return io.TextIOWrapper(gzip.open(path, "rb"), encoding="utf-8")
     return open(path, encoding="utf-8")
@@ -54,7 +56,7 @@ def iter_jsonl(path: str | Path, with_lines: bool = False) -> Iterator[Any]:
     path = Path(path)
     lineno = 0
     try:
-        with _open_text(path) as f:
+        with open_text(path) as f:
             for lineno, line in enumerate(f, 1):
                 if line.strip():
                     row = json.loads(line)
@@ -86,12 +88,12 @@ def _rows(path: Path) -> Iterator[tuple[str, Any]]:
             yield f"record {i}", r
         return
     try:
-        with _open_text(path) as f:
+        with open_text(path) as f:
             head = f.read(1)
             while head and head.isspace():
                 head = f.read(1)
         if head == "[":
-            with _open_text(path) as f:
+            with open_text(path) as f:
                 rows = json.load(f)
             for i, r in enumerate(rows, 1):
                 yield f"record {i}", r

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from trace_gym.envs.hotpotqa.data import QATask, load_hotpotqa
 
+from trace_gym.cli import Parser
 from trace_gym.errors import TraceGymError
 from trace_gym.optional import require
 
@@ -75,7 +76,7 @@ def fetch(source: str, out: Path, split: str | None = None, limit: int | None = 
 
 
 def _parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="trace-gym data", description=__doc__.split("\n\n")[0])
+    ap = Parser(prog="trace-gym data", description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
     c = sub.add_parser("convert", help="convert a HotpotQA file of any supported layout")
     c.add_argument("src", type=Path)

@@ -20,11 +20,11 @@ from typing import Any
 
 import numpy as np
 from trace_gym.envs.hotpotqa.data import Passage
-from trace_gym.envs.hotpotqa.retrieval_base import Hit, Retriever, _clamp_k, _hits
+from trace_gym.envs.hotpotqa.retrieval_base import Hit, Retriever, clamp_k, to_hits
 
 from trace_gym.errors import ConfigError, DependencyNotInstalled
 
-__all__ = ["DenseRetriever", "Encoder", "EncoderSpec", "INDEX_TYPES", "faiss_index"]
+__all__ = ["INDEX_TYPES", "DenseRetriever", "Encoder", "EncoderSpec", "faiss_index"]
 
 
 @dataclass(frozen=True)
@@ -206,9 +206,9 @@ class DenseRetriever(Retriever):
 
     def search_vectors(self, vectors: np.ndarray, k: int = 3) -> list[list[Hit]]:
         """Search with precomputed query embeddings (n, dim)."""
-        k = _clamp_k(k, len(self.passages))
+        k = clamp_k(k, len(self.passages))
         scores, docs = self.index.search(np.ascontiguousarray(vectors, dtype=np.float32), k)
-        return _hits(self.passages, docs, scores)
+        return to_hits(self.passages, docs, scores)
 
     def _save_index(self, path: Path) -> None:
         _faiss().write_index(self.index, str(path / "faiss.index"))

@@ -24,10 +24,12 @@ from typing import Any
 
 from trace_gym.envs.hotpotqa.task import QATask
 
+from trace_gym.errors import TraceGymError
+
 __all__ = ["RecordError", "detect_layout", "record_to_task"]
 
 
-class RecordError(ValueError):
+class RecordError(TraceGymError, ValueError):
     """One record does not fit its layout; `field` names the offending key."""
 
     def __init__(self, field: str, message: str):

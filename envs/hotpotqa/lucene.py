@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from trace_gym.envs.hotpotqa.data import Passage
-from trace_gym.envs.hotpotqa.retrieval_base import Hit, Retriever, _clamp_k
+from trace_gym.envs.hotpotqa.retrieval_base import Hit, Retriever, clamp_k
 
 from trace_gym.errors import DependencyNotInstalled
 
@@ -126,7 +126,7 @@ class PyseriniRetriever(Retriever):
     def search(self, queries: Sequence[str], k: int = 3) -> list[list[Hit]]:
         if not queries:
             return []
-        k = _clamp_k(k, len(self.passages))
+        k = clamp_k(k, len(self.passages))
         qids = [str(i) for i in range(len(queries))]
         results = self._searcher.batch_search(list(queries), qids, k=k, threads=self.threads)
         return [

@@ -17,7 +17,7 @@ from trace_gym.envs.hotpotqa.data import Passage, corpus_fingerprint
 
 from trace_gym.errors import ConfigError
 
-__all__ = ["INDEX_FORMAT", "Hit", "Retriever"]
+__all__ = ["INDEX_FORMAT", "Hit", "Retriever", "clamp_k", "to_hits"]
 
 INDEX_FORMAT = 1
 
@@ -86,13 +86,15 @@ class Retriever:
         """Release resources (threads, JVM handles); the default holds none."""
 
 
-def _clamp_k(k: int, n: int) -> int:
+def clamp_k(k: int, n: int) -> int:
+    """`k` (a search's topk) capped at the corpus size `n`; `ConfigError` when below 1."""
     if int(k) < 1:
         raise ConfigError(f"k (topk) must be >= 1, got {k}")
     return min(int(k), n)
 
 
-def _hits(passages: Sequence[Passage], docs: np.ndarray, scores: np.ndarray) -> list[list[Hit]]:
+def to_hits(passages: Sequence[Passage], docs: np.ndarray, scores: np.ndarray) -> list[list[Hit]]:
+    """Each query's `Hit` list from a search's doc indices and scores (negative: no hit)."""
     # docs, scores: (n_queries, k). Ties are ordered by corpus position, so batched (numba)
     # and single (numpy) searches, and the server, return the same order.
     out = []

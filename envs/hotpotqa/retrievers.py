@@ -32,14 +32,14 @@ from typing import Any
 
 import numpy as np
 from trace_gym.envs.hotpotqa.data import Passage, corpus_fingerprint, load_wiki18
-from trace_gym.envs.hotpotqa.retrieval_base import INDEX_FORMAT, Hit, Retriever, _clamp_k, _hits
+from trace_gym.envs.hotpotqa.retrieval_base import INDEX_FORMAT, Hit, Retriever, clamp_k, to_hits
 
 from trace_gym.errors import ConfigError, DependencyNotInstalled, unknown
 
 __all__ = [
+    "KINDS",
     "BM25Retriever",
     "Hit",
-    "KINDS",
     "Retriever",
     "build_retriever",
     "default_cache_dir",
@@ -99,7 +99,7 @@ class BM25Retriever(Retriever):
         """Top-k per query; batches of `NUMBA_MIN_BATCH`+ queries use bm25s's numba kernels when installed."""
         if not queries:
             return []
-        k = _clamp_k(k, len(self.passages))
+        k = clamp_k(k, len(self.passages))
         with self._lock:
             ids = self._tok.tokenize(
                 list(queries), update_vocab=False, return_as="ids", show_progress=False
@@ -111,7 +111,7 @@ class BM25Retriever(Retriever):
         n = len(self.passages)
         wide = min(n, max(2 * k, k + 10))
         docs, scores = engine.retrieve(ids, k=wide, show_progress=False, n_threads=n_threads)
-        out = _hits(self.passages, docs, scores)
+        out = to_hits(self.passages, docs, scores)
         for i, hits in enumerate(out):
             if wide < n and hits[-1].score >= hits[k - 1].score:
                 full = np.round(

@@ -42,7 +42,8 @@ from typing import Any
 
 from trace_gym.envs.hotpotqa.retrievers import Hit, Retriever
 
-from trace_gym.errors import ConfigError
+from trace_gym.cli import Parser
+from trace_gym.errors import ConfigError, TraceGymError
 from trace_gym.optional import require
 
 __all__ = [
@@ -104,7 +105,7 @@ class ServerLimits:
             raise ConfigError(f"batch_wait_ms must be in [0, 1000], got {self.batch_wait_ms}")
 
 
-class BadRequest(Exception):
+class BadRequest(TraceGymError):
     """A request the server refuses; `status` is the HTTP code."""
 
     def __init__(self, status: int, message: str):
@@ -411,7 +412,7 @@ def _limit_flags(ap: argparse.ArgumentParser) -> None:
 
 def main(argv: list[str]) -> int:
     """Serve a retrieval index over HTTP (Search-R1's /retrieve)."""
-    ap = argparse.ArgumentParser(prog="trace-gym serve-retriever", description=main.__doc__)
+    ap = Parser(prog="trace-gym serve-retriever", description=main.__doc__)
     ap.add_argument(
         "--index",
         default="bm25",

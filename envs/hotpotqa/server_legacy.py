@@ -30,6 +30,8 @@ from typing import Any
 
 from trace_gym.envs.hotpotqa.retrievers import Retriever
 
+from trace_gym.errors import TraceGymError
+
 __all__ = ["RetrievalServer", "make_server"]
 
 log = logging.getLogger(__name__)
@@ -38,7 +40,7 @@ MAX_QUERIES = 4096
 MAX_TOPK = 1000
 
 
-class _BadRequest(Exception):
+class _BadRequest(TraceGymError):
     def __init__(self, status: HTTPStatus, message: str):
         super().__init__(message)
         self.status = status

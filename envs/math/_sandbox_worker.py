@@ -142,8 +142,8 @@ class NoInput(io.TextIOBase):
         return ""
 
 
+#: the limits in force (memory_mb, file_size_mb, ...), for the notes `limit_note` writes
 LIMITS: dict = {}
-"""the limits in force (memory_mb, file_size_mb, ...), for the notes `limit_note` writes"""
 
 
 def limit_note(e: BaseException) -> str | None:

@@ -16,7 +16,6 @@ snapshot holds privately (its unique set size, parked process plus its spare).
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
@@ -26,6 +25,8 @@ from typing import Any
 
 from trace_gym.envs.math.sandbox import Sandbox, SandboxConfig
 
+from trace_gym.cli import Parser
+
 HISTORY = (
     "import sympy as sp",
     "def f(n):\n    return n * (n + 1) // 2",
@@ -33,13 +34,13 @@ HISTORY = (
     "total = 0\nfor k in range(1000):\n    total += f(k) % 7",
     "print(sol, total)",
 )
+#: issue 16's goals, for the default configuration (bwrap, every layer on)
 GOALS = {
     "restore_fork_ms": ("<=", 1.0),
     "fork_speedup": (">=", 20.0),
     "restore_fork_then_cell_ms": ("<=", 3.0),
     "cells_per_s": (">=", 3000.0),
 }
-"""issue 16's goals, for the default configuration (bwrap, every layer on)"""
 
 
 def _layers() -> dict[str, SandboxConfig]:
@@ -212,9 +213,7 @@ def run_bench(seconds: float = 2.0, repeats: int = 20, snapshots: int = 8) -> di
 
 
 def main(argv: list[str]) -> int:
-    p = argparse.ArgumentParser(
-        prog="trace-gym bench math-env", description=__doc__.splitlines()[0]
-    )
+    p = Parser(prog="trace-gym bench math-env", description=__doc__.splitlines()[0])
     p.add_argument("--json", type=Path, help="also write the figures to this JSON file")
     p.add_argument("--seconds", type=float, default=2.0, help="duration of the cells/s measurement")
     p.add_argument("--repeats", type=int, default=20, help="restores measured per method")

@@ -16,7 +16,6 @@ problem's answer: assumed different).
 
 from __future__ import annotations
 
-import argparse
 import json
 import random
 import re
@@ -28,6 +27,7 @@ from typing import Any, NamedTuple
 
 from trace_gym.envs.math.data import load_dataset
 
+from trace_gym.cli import Parser
 from trace_gym.realdata import path_of
 
 __all__ = ["Pair", "build_pairs", "equivalent_rewrite", "main", "perturb", "run"]
@@ -46,8 +46,8 @@ class Pair(NamedTuple):
 
     pred: str
     ref: str
+    #: 'self', 'rewrite', 'perturbed' or 'other' (another problem's answer)
     kind: str
-    """'self', 'rewrite', 'perturbed' or 'other' (another problem's answer)"""
     equal: bool
     source: str
 
@@ -218,7 +218,7 @@ def run(
 
 def main(argv: list[str] | None = None) -> int:
     """`trace-gym bench judge`: our judge vs math-verify on pairs from ../shared/data/math."""
-    ap = argparse.ArgumentParser(prog="trace-gym bench judge", description=main.__doc__)
+    ap = Parser(prog="trace-gym bench judge", description=main.__doc__)
     ap.add_argument(
         "--data", type=Path, default=DATA_DIR, help="folder with the DeepScaleR-format files"
     )

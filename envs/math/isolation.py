@@ -47,22 +47,22 @@ DEVICES = ("/dev/null", "/dev/zero", "/dev/urandom")
 class Launch:
     """What to start and under which limits (see `launch`)."""
 
+    #: the command as seen inside the sandbox
     argv: list[str]
-    """the command as seen inside the sandbox"""
     mode: str
+    #: uid to switch to before starting (root hosts only)
     uid: int | None = None
-    """uid to switch to before starting (root hosts only)"""
+    #: cgroups (cgroup.procs directories) the process joins before it starts
     cgroups: list[str] = field(default_factory=list)
-    """cgroups (cgroup.procs directories) the process joins before it starts"""
+    #: host file -> path inside the sandbox, bound read-only
     expose: dict[str, str] = field(default_factory=dict)
-    """host file -> path inside the sandbox, bound read-only"""
     tmpfs_mb: int = 64
     env: dict[str, str] = field(default_factory=dict)
     pass_fds: tuple[int, ...] = ()
     seccomp: bool = True
+    #: 'namespaces' mode: the command unshares and drops privileges itself (the math worker does);
+    #: False makes the launcher do it (new mount and network namespaces, uid, no_new_privs)
     self_isolating: bool = True
-    """'namespaces' mode: the command unshares and drops privileges itself (the math worker
-    does); False makes the launcher do it (new mount and network namespaces, uid, no_new_privs)"""
 
 
 @functools.lru_cache(maxsize=1)

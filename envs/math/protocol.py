@@ -37,12 +37,12 @@ FORMAT_HINT = (
 class ParsedAction(NamedTuple):
     """What an assistant turn asks for."""
 
+    #: 'code', 'answer' or 'invalid'
     kind: str
-    """'code', 'answer' or 'invalid'"""
     code: str | None
     answer: str | None
+    #: how many code blocks the turn contained (only the first is run)
     code_blocks: int
-    """how many code blocks the turn contained (only the first is run)"""
 
 
 def _blocks(text: str, pair: tuple[re.Pattern[str], re.Pattern[str]]) -> list[tuple[int, int, str]]:

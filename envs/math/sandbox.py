@@ -55,48 +55,48 @@ class SandboxError(TraceGymError, RuntimeError):
 class SandboxConfig:
     """Limits and isolation of the interpreter (defaults like SandboxFusion's)."""
 
+    #: wall-clock limit of one cell; the interpreter is killed after it and the state rolled back
     cell_timeout_s: float = 10.0
-    """wall-clock limit of one cell; the interpreter is killed after it and the state rolled back"""
+    #: CPU-time limit of one cell (RLIMIT_CPU soft limit, raised before each cell)
     cell_cpu_s: float = 10.0
-    """CPU-time limit of one cell (RLIMIT_CPU soft limit, raised before each cell)"""
+    #: hard CPU limit of one interpreter process over its life
     total_cpu_s: float = 3600.0
-    """hard CPU limit of one interpreter process over its life"""
+    #: address-space limit (RLIMIT_AS) of every sandbox process
     memory_mb: int = 1024
-    """address-space limit (RLIMIT_AS) of every sandbox process"""
+    #: largest file a cell may write (RLIMIT_FSIZE)
     file_size_mb: int = 16
-    """largest file a cell may write (RLIMIT_FSIZE)"""
+    #: size of the private /tmp that holds the work dir and the snapshots' copies of it
     tmpfs_mb: int = 64
-    """size of the private /tmp that holds the work dir and the snapshots' copies of it"""
+    #: work-dir bytes a snapshot copies; a bigger work dir makes that checkpoint replay instead
     snapshot_files_mb: int = 16
-    """work-dir bytes a snapshot copies; a bigger work dir makes that checkpoint replay instead"""
+    #: RLIMIT_NOFILE
     max_open_files: int = 64
-    """RLIMIT_NOFILE"""
+    #: parked fork snapshots kept per sandbox (least recently used are evicted)
     max_snapshots: int = 32
-    """parked fork snapshots kept per sandbox (least recently used are evicted)"""
+    #: keep one pre-forked interpreter ready per snapshot (and for the zygote), so a restore or a
+    #: fresh interpreter needs no fork on its critical path
     spares: bool = True
-    """keep one pre-forked interpreter ready per snapshot (and for the zygote), so a restore
-    or a fresh interpreter needs no fork on its critical path"""
+    #: processes/threads a cell may add beyond the interpreter and snapshots (NPROC, pids cgroup)
     extra_processes: int = 24
-    """processes/threads a cell may add beyond the interpreter and snapshots (NPROC, pids cgroup)"""
+    #: characters of a cell's output kept; the rest is counted and cut
     max_output_chars: int = 4000
-    """characters of a cell's output kept; the rest is counted and cut"""
+    #: seed of `random` (and `numpy.random` if imported) in every new interpreter
     seed: int = 0
-    """seed of `random` (and `numpy.random` if imported) in every new interpreter"""
+    #: modules imported once in the zygote, so cells and replays import them for free
     preload: tuple[str, ...] = ("math", "fractions", "itertools", "sympy", "numpy")
-    """modules imported once in the zygote, so cells and replays import them for free"""
+    #: 'auto' (bwrap, else namespaces with a warning, else none with a loud warning), or one of
+    #: 'bwrap', 'namespaces', 'none' explicitly
     isolation: str = "auto"
-    """'auto' (bwrap, else namespaces with a warning, else none with a loud warning),
-    or one of 'bwrap', 'namespaces', 'none' explicitly"""
+    #: load the seccomp filter of `trace_gym.envs.math.seccomp` (bwrap mode)
     seccomp: bool = True
-    """load the seccomp filter of `trace_gym.envs.math.seccomp` (bwrap mode)"""
+    #: unprivileged uid to run as when started by root (default: a free one per sandbox)
     uid: int | None = None
-    """unprivileged uid to run as when started by root (default: a free one per sandbox)"""
+    #: how long starting the zygote (with its preloads) may take
     start_timeout_s: float = 60.0
-    """how long starting the zygote (with its preloads) may take"""
+    #: deadline of a snapshot or restore fork
     fork_timeout_s: float = 10.0
-    """deadline of a snapshot or restore fork"""
+    #: extra environment variables for the interpreter
     env: dict[str, str] = field(default_factory=dict)
-    """extra environment variables for the interpreter"""
 
     def __post_init__(self) -> None:
         for name in (
@@ -137,14 +137,14 @@ class SandboxConfig:
 class CellResult(NamedTuple):
     """What running one cell produced."""
 
+    #: 'ok', 'error' (the cell raised), 'timeout', 'crashed' (the interpreter died)
     status: str
-    """'ok', 'error' (the cell raised), 'timeout', 'crashed' (the interpreter died)"""
     output: str
     total_chars: int
     error: str | None
     elapsed_s: float
+    #: threads the cell left running (a snapshot of this state would lose them)
     threads: int = 0
-    """threads the cell left running (a snapshot of this state would lose them)"""
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,7 @@ import os
 
 log = logging.getLogger(__name__)
 
+#: system calls that fail with EPERM (names this kernel's libseccomp does not know are skipped)
 DENIED = (
     "ptrace",
     "process_vm_readv",
@@ -79,7 +80,6 @@ DENIED = (
     "adjtimex",
     "nfsservctl",
 )
-"""system calls that fail with EPERM (names this kernel's libseccomp does not know are skipped)"""
 
 _ALLOW = 0x7FFF0000
 _CLONE_NS = (

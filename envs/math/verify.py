@@ -50,16 +50,16 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 _JUDGE = Path(_judge.__file__)
+#: address-space limit of a verifier worker (sympy on adversarial input can grow without bound)
 WORKER_MEMORY_MB = 2048
-"""address-space limit of a verifier worker (sympy on adversarial input can grow without bound)"""
 
 
 class Verdict(NamedTuple):
     """The outcome of checking one final answer."""
 
     correct: bool
+    #: 'exact' (normalised strings equal), 'math_verify', 'canonical' or 'timeout'
     method: str
-    """'exact' (normalised strings equal), 'math_verify', 'canonical' or 'timeout'"""
     math_verify: bool | None
     canonical: bool | None
     timed_out: bool

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import logging
 
 import numpy as np
 import pytest
@@ -86,6 +87,7 @@ def test_registry_names_and_protocol():
         assert isinstance(alloc, Allocator)
         assert alloc.name == name
         assert alloc.branching == (name in BRANCHING)
+        assert alloc.cost_aware is False  # declared by the protocol, off unless asked for
         assert type(alloc).__doc__ and len(type(alloc).__doc__.strip()) > 40  # cites its source
     with pytest.raises(UnknownNameError, match="trace"):
         make_allocator("tarce")
@@ -295,3 +297,22 @@ def test_knapsack_value_and_minimum_two():
     # too small a budget for everyone: the best value at N = 2 get their 2
     small = ks.allocate_roots(pool, 4, np.random.default_rng(0))
     assert small.tolist() == [0, 2, 0, 2, 0]
+
+
+def test_make_allocator_warns_on_the_options_its_policy_ignores(caplog):
+    with caplog.at_level(logging.WARNING, logger="trace_gym.alloc"):
+        assert make_allocator("trace", pool_factor=3, cost_aware=True).cost_aware is True
+    assert [r.getMessage() for r in caplog.records] == [
+        "allocator 'trace' ignores option(s) ['pool_factor'] (other policies take them)"
+    ]
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="trace_gym.alloc"):
+        make_allocator("pcl", pool_factor=3, m_max=8)
+    assert not caplog.records
+
+
+def test_the_base_allocator_keeps_its_old_name():
+    from trace_gym.alloc import BaseAllocator, FlatAllocator
+
+    assert FlatAllocator is BaseAllocator
+    assert BaseAllocator.cost_aware is False and BaseAllocator.branching is False

@@ -149,7 +149,7 @@ def test_worker_built_policy_and_flat_allocator():
 
 
 class _BadPrefixAllocator:
-    name, branching = "bad", True
+    name, branching, cost_aware = "bad", True, False
 
     def __init__(self):
         self.inner = make_allocator("trace", m_max=8)

@@ -24,6 +24,7 @@ class StubAllocator:
 
     name = "stub"
     branching = True
+    cost_aware = False
 
     def __init__(self, groups: Sequence[int] = (2, 6, 3, 5)):
         self.groups = list(groups)

@@ -34,7 +34,7 @@ from trace_gym.bench.train import (  # noqa: E402
 )
 from trace_gym.trainers.config import TrainConfig  # noqa: E402
 from trace_gym.trainers.loop import Trainer  # noqa: E402
-from trace_gym.trainers.sharding import FAULT_ENV, ShardedTrainer, _full_state, wants_sharding  # noqa: E402
+from trace_gym.trainers.sharding import FAULT_ENV, ShardedTrainer, full_state, wants_sharding  # noqa: E402
 
 from trace_gym.errors import ConfigError  # noqa: E402
 
@@ -74,7 +74,7 @@ def one_rank():
 
 def _weights(tr) -> dict[str, torch.Tensor]:
     if isinstance(tr, ShardedTrainer):
-        return _full_state(tr.model, True, None)
+        return full_state(tr.model, True, None)
     return {n: t.detach() for n, t in tr.model.state_dict().items()}
 
 
@@ -121,7 +121,7 @@ def test_one_rank_sharded_equals_plain_and_resumes(
     assert (
         max(
             float((gen[n] - t).abs().max())
-            for n, t in _full_state(resumed.model, True, None).items()
+            for n, t in full_state(resumed.model, True, None).items()
             if n in gen
         )
         == 0.0
@@ -323,5 +323,5 @@ def test_one_rank_pushes_full_weights_to_a_generator_with_its_own(
     assert (
         hist[0]["samples"] > 0 and gen.pushes == 2 and gen.version == 2
     )  # build_parts, then after the step
-    full = _full_state(tr.model, True, None)
+    full = full_state(tr.model, True, None)
     assert _max_diff(full, dict(gen.inner.model.state_dict())) == 0.0

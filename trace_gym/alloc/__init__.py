@@ -27,6 +27,7 @@ from trace_gym.alloc.metrics import (
     measured_cost,
 )
 from trace_gym.alloc.policies import (
+    BaseAllocator,
     FlatAllocator,
     GRESOAllocator,
     GRPOAllocator,
@@ -56,6 +57,7 @@ __all__ = [
     "ALLOCATORS",
     "VALUE_EPS",
     "Allocator",
+    "BaseAllocator",
     "Candidate",
     "ExpectedGain",
     "FlatAllocator",
@@ -117,8 +119,9 @@ def make_allocator(name: str, **kwargs: Any) -> Allocator:
     """Build the allocation policy registered as `name`.
 
     Keywords the policy does not take but another registered policy does (e.g. `m_max`
-    for `grpo`, `pool_factor` for `trace`) are ignored, so one config can build any
-    policy; a keyword no policy knows is a typo and raises `ConfigError`.
+    for `grpo`, `pool_factor` for `trace`) are ignored with a logged warning that names
+    them, so one config can build any policy and nobody thinks the option took effect;
+    a keyword no policy knows is a typo and raises `ConfigError`.
     """
     if name not in ALLOCATORS:
         raise unknown("allocator", name, ALLOCATORS)
@@ -132,5 +135,7 @@ def make_allocator(name: str, **kwargs: Any) -> Allocator:
         )
     ignored = sorted(set(kwargs) - own)
     if ignored:
-        logger.debug("allocator %r ignores %s", name, ignored)
+        logger.warning(
+            "allocator %r ignores option(s) %s (other policies take them)", name, ignored
+        )
     return cls(**{k: v for k, v in kwargs.items() if k in own})

@@ -98,6 +98,10 @@ class Allocator(Protocol):
     #: False for flat policies (GRPO, PCL, GRESO, Knapsack): at equal accounted cost the
     #: harness gives them the whole budget as roots and no replays
     branching: ClassVar[bool]
+    #: True when `allocate_prefixes` takes a cost budget (trajectory-equivalents, a float)
+    #: and prefixes that each carry their own `cost`; False (the `BaseAllocator` default)
+    #: when it takes a count of replays. A plain attribute: a policy may set it per instance
+    cost_aware: bool
 
     def allocate_roots(
         self, candidates: Sequence[Candidate], budget: int, rng: np.random.Generator
@@ -110,7 +114,7 @@ class Allocator(Protocol):
     ) -> np.ndarray:
         """Replays per prefix (int array, same order), summing to `budget`.
 
-        An allocator with a true ``cost_aware`` attribute gets `budget` in
+        An allocator whose `cost_aware` is true gets `budget` in
         trajectory-equivalents instead (a float) and prefixes that each carry their own
         `cost`; its counts may then sum to anything whose total cost fits the budget.
         """

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from trace_gym.alloc.base import Candidate, PrefixCandidate
-from trace_gym.alloc.solvers import VALUE_EPS, _as_int, prefix_value, root_value
+from trace_gym.alloc.solvers import VALUE_EPS, prefix_value, root_value, whole_number
 from trace_gym.budget import Budget
 from trace_gym.errors import AllocationError
 from trace_gym.tree import RolloutTree
@@ -97,11 +97,15 @@ def accounted_cost(root_counts, replay_counts=(), replay_cost: float = 0.5) -> f
     """
     if not replay_cost >= 0:
         raise AllocationError(f"replay_cost must be >= 0; got {replay_cost}")
-    roots = int(np.sum(root_counts)) if np.ndim(root_counts) else _as_int(root_counts, "root count")
+    roots = (
+        int(np.sum(root_counts))
+        if np.ndim(root_counts)
+        else whole_number(root_counts, "root count")
+    )
     replays = (
         int(np.sum(replay_counts))
         if np.ndim(replay_counts)
-        else _as_int(replay_counts, "replay count")
+        else whole_number(replay_counts, "replay count")
     )
     return Budget(roots, replays, replay_cost).accounted()
 

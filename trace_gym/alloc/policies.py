@@ -12,8 +12,8 @@ unspent rather than bending the group size. They also leave budget unspent when 
 pool holds too few candidates. TRACE, the oracle and the ablation mixes spend the
 root budget exactly (or raise `AllocationError` when it is infeasible).
 
-Adding a policy = writing one class with `name`, `branching` and the two methods, then
-registering it (`ALLOCATORS[MyPolicy.name] = MyPolicy`); see docs/alloc.md.
+Adding a policy = writing one class with `name`, `branching` (and `cost_aware`) and the
+two methods, usually by subclassing `BaseAllocator`, then registering it (`ALLOCATORS[MyPolicy.name] = MyPolicy`); see docs/alloc.md.
 """
 
 from __future__ import annotations
@@ -26,18 +26,19 @@ import numpy as np
 
 from trace_gym.alloc.base import Candidate, PrefixCandidate
 from trace_gym.alloc.solvers import (
-    _as_int,
-    _increments,
+    root_increments,
     root_value,
     solve_prefixes,
     solve_roots,
     solve_roots_costed,
+    whole_number,
 )
 from trace_gym.errors import AllocationError, ConfigError
 
 logger = logging.getLogger(__name__)
 
 __all__ = [
+    "BaseAllocator",
     "FlatAllocator",
     "GRESOAllocator",
     "GRPOAllocator",
@@ -55,7 +56,7 @@ __all__ = [
 
 # ----------------------------------------------------------------------------- building blocks
 def _check_pool(n: int, budget, what: str = "root") -> int:
-    budget = _as_int(budget, f"{what} budget")
+    budget = whole_number(budget, f"{what} budget")
     if n == 0 and budget > 0:
         raise AllocationError(
             f"cannot spend a {what} budget of {budget} on an empty pool; pass candidates"
@@ -88,7 +89,7 @@ def _prefix_split(
     rewards = [p.reward for p in prefixes]
     if cost_aware:
         return solve_prefixes(values, rewards, budget, [p.cost for p in prefixes]).counts
-    return solve_prefixes(values, rewards, _as_int(budget, "prefix budget")).counts
+    return solve_prefixes(values, rewards, whole_number(budget, "prefix budget")).counts
 
 
 def _true(record, what: str) -> float:
@@ -101,11 +102,17 @@ def _true(record, what: str) -> float:
 
 
 # ----------------------------------------------------------------------------- base classes
-class FlatAllocator:
-    """Common constructor for every policy; flat policies get zero replays."""
+class BaseAllocator:
+    """Common constructor for every policy; flat policies get zero replays.
+
+    Declares the `Allocator` protocol's flags at their defaults: no replays
+    (``branching = False``) and a prefix budget in replays (``cost_aware = False``).
+    """
 
     name: ClassVar[str] = "flat"
     branching: ClassVar[bool] = False
+    #: a plain attribute, not a ClassVar: `TraceAllocator` sets it per instance
+    cost_aware: bool = False
 
     def __init__(self, *, m_max: int = 16, group_size: int = 8):
         if m_max < 2:
@@ -133,7 +140,11 @@ class FlatAllocator:
         return f"{type(self).__name__}({fields})"
 
 
-class TraceAllocator(FlatAllocator):
+#: the base class's old name (kept as an alias)
+FlatAllocator = BaseAllocator
+
+
+class TraceAllocator(BaseAllocator):
     """TRACE (Zou et al. 2026, arXiv 2606.11119): both exact solvers on predicted values.
 
     Roots: m_i in {0, 2..m_max} with sum m_i = budget maximising the expected number of
@@ -206,7 +217,7 @@ class TraceRootsRandomPrefixes(TraceAllocator):
     def allocate_prefixes(
         self, prefixes: Sequence[PrefixCandidate], budget: int, rng: np.random.Generator
     ) -> np.ndarray:
-        return random_prefixes(len(prefixes), _as_int(budget, "prefix budget"), rng)
+        return random_prefixes(len(prefixes), whole_number(budget, "prefix budget"), rng)
 
 
 class UniformRootsTracePrefixes(TraceAllocator):
@@ -221,7 +232,7 @@ class UniformRootsTracePrefixes(TraceAllocator):
         return uniform_roots(len(candidates), budget, self.group_size, rng)
 
 
-class TreePOAllocator(FlatAllocator):
+class TreePOAllocator(BaseAllocator):
     """TreePO as the TRACE paper runs it (ALGORITHMS.md "TreePO"): same trees, random branch points.
 
     Roots: `group_size` rollouts for as many randomly drawn prompts as the budget allows;
@@ -235,10 +246,10 @@ class TreePOAllocator(FlatAllocator):
     def allocate_prefixes(
         self, prefixes: Sequence[PrefixCandidate], budget: int, rng: np.random.Generator
     ) -> np.ndarray:
-        return random_prefixes(len(prefixes), _as_int(budget, "prefix budget"), rng)
+        return random_prefixes(len(prefixes), whole_number(budget, "prefix budget"), rng)
 
 
-class GRPOAllocator(FlatAllocator):
+class GRPOAllocator(BaseAllocator):
     """GRPO / uniform (Shao et al. 2024, DeepSeekMath): a fixed group per prompt, no branching.
 
     `group_size` rollouts for each of budget // group_size prompts drawn uniformly at
@@ -248,7 +259,7 @@ class GRPOAllocator(FlatAllocator):
     name: ClassVar[str] = "grpo"
 
 
-class PCLAllocator(FlatAllocator):
+class PCLAllocator(BaseAllocator):
     """PCL, Prompt Curriculum Learning (Gao et al. 2025, arXiv 2510.01135).
 
     Wants m = budget // group_size prompts: draws a pool of k * m candidates at random
@@ -278,7 +289,7 @@ class PCLAllocator(FlatAllocator):
         return counts
 
 
-class GRESOAllocator(FlatAllocator):
+class GRESOAllocator(BaseAllocator):
     """GRESO, selective rollouts (Zheng et al. 2025, "Act Only When It Pays", arXiv 2506.02177).
 
     A prompt whose last c visits were all-correct is kept with probability
@@ -355,7 +366,7 @@ class GRESOAllocator(FlatAllocator):
         return counts
 
 
-class KnapsackAllocator(FlatAllocator):
+class KnapsackAllocator(BaseAllocator):
     """Knapsack-RL (Li et al. 2025, "Knapsack RL", arXiv 2509.25849): value-weighted rollout counts.
 
     Value of N rollouts for a prompt with success rate p:
@@ -391,7 +402,7 @@ class KnapsackAllocator(FlatAllocator):
         rest = budget - 2 * chosen.size
         if rest and self.m_max > 2:
             gains = (
-                weight[chosen, None] * _increments(p[chosen], self.m_max)[:, 2:]
+                weight[chosen, None] * root_increments(p[chosen], self.m_max)[:, 2:]
             )  # steps 3..m_max
             flat = gains.ravel()
             top = np.argsort(-flat, kind="stable")[:rest]  # concave rows: top gains form prefixes

@@ -65,13 +65,17 @@ __all__ = [
     "RootSolution",
     "check_root_budget",
     "clip_values",
+    "greedy_counts",
     "prefix_value",
+    "repair_counts",
+    "root_increments",
     "root_value",
     "solve_prefixes",
     "solve_roots",
     "solve_roots_costed",
     "solve_roots_reference",
     "split_budget",
+    "whole_number",
 ]
 
 #: values are clipped into [VALUE_EPS, 1 - VALUE_EPS] before solving
@@ -129,7 +133,7 @@ def clip_values(values) -> np.ndarray:
 def _root_problem(values, budget, m_max: int, exact_budget: bool) -> tuple[np.ndarray, int, int]:
     """Validated (clipped values, budget, m_max) shared by both root solvers."""
     v = clip_values(values)
-    budget = _as_int(budget, "root budget")
+    budget = whole_number(budget, "root budget")
     m_max = _check_m_max(m_max)
     if exact_budget:
         check_root_budget(v.size, budget, m_max)
@@ -138,7 +142,8 @@ def _root_problem(values, budget, m_max: int, exact_budget: bool) -> tuple[np.nd
     return v, budget, m_max
 
 
-def _as_int(x, what: str) -> int:
+def whole_number(x, what: str) -> int:
+    """`x` as a non-negative int (an integral float is fine); `AllocationError` naming `what` else."""
     if isinstance(x, bool) or not isinstance(x, numbers.Integral):
         if isinstance(x, numbers.Real) and float(x).is_integer():
             x = int(x)
@@ -151,7 +156,7 @@ def _as_int(x, what: str) -> int:
 
 
 def _check_m_max(m_max) -> int:
-    m_max = _as_int(m_max, "m_max")
+    m_max = whole_number(m_max, "m_max")
     if m_max < 2:
         raise AllocationError(
             f"m_max must be >= 2 (a kept prompt needs at least 2 rollouts); got {m_max}"
@@ -192,7 +197,7 @@ def prefix_value(q, k) -> np.ndarray:
     return 1.0 - np.asarray(q, dtype=float) ** np.asarray(k)
 
 
-def _increments(v: np.ndarray, m_max: int) -> np.ndarray:
+def root_increments(v: np.ndarray, m_max: int) -> np.ndarray:
     """(P, m_max) per-unit gains of the concave extension h: column s-1 holds h(s) - h(s-1)."""
     u = 1.0 - v
     a = v * u
@@ -208,7 +213,7 @@ def _increments(v: np.ndarray, m_max: int) -> np.ndarray:
     return inc
 
 
-def _greedy(inc: np.ndarray, budget: int) -> np.ndarray:
+def greedy_counts(inc: np.ndarray, budget: int) -> np.ndarray:
     """Counts of the relaxation: the `budget` largest increments, ties to lower (prompt, step)."""
     flat = inc.ravel()
     n = flat.size
@@ -223,7 +228,7 @@ def _greedy(inc: np.ndarray, budget: int) -> np.ndarray:
     return take.reshape(inc.shape).sum(axis=1, dtype=np.int64)
 
 
-def _repair(inc: np.ndarray, g: np.ndarray, m_max: int) -> tuple[np.ndarray, float] | None:
+def repair_counts(inc: np.ndarray, g: np.ndarray, m_max: int) -> tuple[np.ndarray, float] | None:
     """Best of the two moves that turn the feasible B-1 relaxation `g` into a B solution.
 
     Returns (counts, gain over g), or None when neither move is feasible.
@@ -271,12 +276,12 @@ def solve_roots(
     if budget < 2:
         counts = np.zeros(v.size, dtype=np.int64)
         return RootSolution(counts, 0.0)
-    inc = _increments(v, m_max)
-    counts = _greedy(inc, budget)
+    inc = root_increments(v, m_max)
+    counts = greedy_counts(inc, budget)
     partial = np.flatnonzero(counts == 1)
     if partial.size:  # at most one prompt sits at the forbidden m = 1
         counts[partial[0]] = 0  # the feasible relaxation for budget - 1
-        repaired = _repair(inc, counts, m_max)
+        repaired = repair_counts(inc, counts, m_max)
         if repaired is not None and (exact_budget or repaired[1] >= 0):
             counts = repaired[0]
         elif exact_budget:  # pragma: no cover - excluded by check_root_budget
@@ -501,7 +506,7 @@ def solve_prefixes(
     """
     q = _repeat_probability(values, rewards)
     if costs is None:
-        counts = _heap_split(q, _as_int(budget, "prefix budget"))
+        counts = _heap_split(q, whole_number(budget, "prefix budget"))
     else:
         if not np.isfinite(budget) or budget < 0:
             raise AllocationError(f"prefix budget must be finite and >= 0; got {budget!r}")
@@ -516,7 +521,7 @@ def split_budget(weights: Sequence[float], total: int) -> np.ndarray:
     Ties in the remainders go to the lower index. Integer weights use exact integer
     arithmetic, so e.g. root counts never suffer rounding noise.
     """
-    total = _as_int(total, "total budget")
+    total = whole_number(total, "total budget")
     try:
         w = np.asarray(weights, dtype=float)
     except (TypeError, ValueError) as e:

@@ -50,7 +50,12 @@ from trace_gym.alloc.base import Allocator
 from trace_gym.budget import TIME_BUCKETS, Budget, StepReport, Stopwatch
 from trace_gym.distributed.engine import EnginePool, Latency
 from trace_gym.distributed.worker import RolloutWorker, ShardResult, WorkerPolicy, dumps, loads
-from trace_gym.errors import ConfigError, DependencyNotInstalled, EngineUnavailable, TraceGymError
+from trace_gym.errors import (
+    ConfigError,
+    DependencyNotInstalled,
+    EngineUnavailable,
+    WorkerLost,
+)
 from trace_gym.policy import Policy
 from trace_gym.predict.base import Predictor
 from trace_gym.runner import BranchingRunner, RunnerConfig
@@ -78,10 +83,6 @@ def import_ray() -> Any:
     except ImportError as e:
         raise DependencyNotInstalled("ray", INSTALL) from e
     return ray
-
-
-class WorkerLost(TraceGymError, RuntimeError):
-    """Rollout workers kept dying on the same prompts; their trees could not be made."""
 
 
 @dataclass

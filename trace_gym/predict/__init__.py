@@ -7,10 +7,12 @@
 - ``constant``: 0.5 everywhere (the no-information baseline);
 - ``critic``: the LM critic (`trace_gym.agents.critic`; needs the ``train`` extra).
 - ``oracle`` / ``noisy``: exact simulator values, and exact values with noise sized to a
-  target Spearman (`trace_gym.predict.oracle`; references, they learn nothing).
+  target Spearman (`trace_gym.sim.oracle`, beside the values they read; references, they
+  learn nothing).
 
 Predictors are registered like envs, by ``"module:Class"`` entry points, so nothing is
-imported until one is built and the core never imports the LM critic's package.
+imported until one is built: the core never imports the LM critic's package, and this
+package never imports the simulator (which imports it).
 `make_predictor(name, **kwargs)` builds one from a registered name or an entry-point
 string; `register_predictor` adds a name. Every predictor has ``state_dict()`` /
 ``load_state_dict()`` (what a training checkpoint saves). `training_batch` turns
@@ -23,13 +25,13 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+from trace_gym.compat import moved_names
 from trace_gym.errors import ConfigError, unknown
 from trace_gym.predict.base import Predictor, State, serialize, states_from_tree
 from trace_gym.predict.bayes import BayesPredictor
 from trace_gym.predict.constant import ConstantPredictor
 from trace_gym.predict.empirical import EmpiricalPredictor
 from trace_gym.predict.features import FeaturePredictor
-from trace_gym.predict.oracle import NoisyOraclePredictor, OraclePredictor
 from trace_gym.predict.training import TrainingBatch, quality_by_depth, spearman, training_batch
 
 __all__ = [
@@ -38,8 +40,6 @@ __all__ = [
     "ConstantPredictor",
     "EmpiricalPredictor",
     "FeaturePredictor",
-    "NoisyOraclePredictor",
-    "OraclePredictor",
     "Predictor",
     "State",
     "TrainingBatch",
@@ -61,9 +61,12 @@ PREDICTORS: dict[str, str] = {
     "bayes": "trace_gym.predict.bayes:BayesPredictor",
     "constant": "trace_gym.predict.constant:ConstantPredictor",
     "critic": "trace_gym.agents.critic:CriticPredictor",
-    "oracle": "trace_gym.predict.oracle:OraclePredictor",
-    "noisy": "trace_gym.predict.oracle:NoisyOraclePredictor",
+    "oracle": "trace_gym.sim.oracle:OraclePredictor",
+    "noisy": "trace_gym.sim.oracle:NoisyOraclePredictor",
 }
+
+#: OraclePredictor and NoisyOraclePredictor moved to trace_gym.sim.oracle (a warning alias)
+__getattr__ = moved_names(__name__)
 
 
 def register_predictor(name: str, entry_point: str) -> None:

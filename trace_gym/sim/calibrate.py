@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
+from trace_gym.cli import Parser
 from trace_gym.errors import ConfigError
 from trace_gym.sim.baselines import (
     grpo_effective_ratio,
@@ -90,7 +91,7 @@ DEFAULT_REPORT = ("math", "hotpotqa", "bfcl", "math-luck", "hotpotqa-luck", "bfc
 
 
 def _parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="trace-gym sim-calibrate", description=__doc__.split("\n")[0])
+    ap = Parser(prog="trace-gym sim-calibrate", description=__doc__.split("\n")[0])
     ap.add_argument(
         "--preset",
         choices=sorted(PRESETS),

@@ -12,6 +12,7 @@ import json
 
 import numpy as np
 
+from trace_gym.cli import Parser
 from trace_gym.sim.presets import PRESETS, SimPreset
 
 __all__ = ["main", "predictor_quality"]
@@ -56,9 +57,7 @@ def predictor_quality(
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(
-        prog="python -m trace_gym.sim.quality", description=__doc__.split("\n")[0]
-    )
+    ap = Parser(prog="python -m trace_gym.sim.quality", description=__doc__.split("\n")[0])
     ap.add_argument(
         "--preset", choices=sorted(PRESETS), action="append", help="default: math, hotpotqa, bfcl"
     )
