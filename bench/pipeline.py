@@ -28,6 +28,8 @@ from typing import Any
 
 import numpy as np
 
+from trace_gym.budget import DEFAULT_REPLAY_COST
+
 __all__ = ["METHODS", "compare", "mean_ci", "method_config"]
 
 #: method -> (allocator, optimiser, uses replays)
@@ -103,7 +105,7 @@ def method_config(
 
     allocator, algo, branching = METHODS[method]
     tiny = asdict(warm_start_config())
-    budget = roots if branching else int(round(roots * (1 + replays * 0.5)))
+    budget = roots if branching else int(round(roots * (1 + replays * DEFAULT_REPLAY_COST)))
     return TrainConfig.from_dict(
         {
             "steps": steps,

@@ -45,7 +45,7 @@ import shutil
 import time
 import warnings
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -223,7 +223,6 @@ def build_parts(
     from trace_gym.alloc import make_allocator
     from trace_gym.distributed import make_runner
     from trace_gym.predict import make_predictor
-    from trace_gym.runner import RunnerConfig
 
     torch.manual_seed(cfg.seed)
     policy = policy if policy is not None else build_policy(cfg.policy)
@@ -244,15 +243,7 @@ def build_parts(
     )
     if predictor is None and ro.predictor:
         predictor = make_predictor(ro.predictor, **ro.predictor_kwargs)
-    rc = RunnerConfig(
-        root_budget=ro.root_budget,
-        replays_per_root=ro.replays_per_root,
-        m_max=ro.m_max,
-        replay_cost=ro.replay_cost,
-        max_batch=ro.max_batch,
-        seed=cfg.seed,
-        rollout_cost=ro.rollout_cost,
-    )
+    rc = replace(ro.runner, seed=cfg.seed)  # [rollout.runner]; the run's seed
     runner = make_runner(
         policy,
         env_factory,
