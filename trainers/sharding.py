@@ -44,7 +44,7 @@ from typing import Any
 
 from trace_gym.trainers.config import DistConfig, TrainConfig
 from trace_gym.trainers.data import Sample, collate
-from trace_gym.trainers.loop import OldLogprobs, Trainer, _UpdateStats
+from trace_gym.trainers.loop import OldLogprobs, Trainer, UpdateStats
 from trace_gym.trainers.sync import sync_weights
 
 from trace_gym.errors import ConfigError
@@ -394,7 +394,7 @@ class ShardedTrainer(Trainer):
         return OldLogprobs(old, ref)
 
     def _optimizer_step(
-        self, samples: list[Sample], idx: Sequence[int], old: OldLogprobs, stats: _UpdateStats
+        self, samples: list[Sample], idx: Sequence[int], old: OldLogprobs, stats: UpdateStats
     ) -> None:
         """One AdamW step on the mini-batch `samples[idx]`: this rank's share, the whole batch's normaliser."""
         a, o = self.config.algo, self.config.optim
@@ -407,7 +407,7 @@ class ShardedTrainer(Trainer):
         mine, mbs = self._mine(idx), o.micro_batch_size
         n_micro = _micro_count(len(idx), self.dist.world_size, mbs)
         self.optimizer.zero_grad(set_to_none=True)
-        local = _UpdateStats()
+        local = UpdateStats()
         for k in range(n_micro):
             if self.config.dist.accumulate_unsharded:
                 self.model.set_requires_gradient_sync(k == n_micro - 1)
@@ -449,7 +449,7 @@ class ShardedTrainer(Trainer):
 
 
 def _merge_stats(
-    stats: _UpdateStats, parts: list[tuple[dict[str, list[tuple[float, float]]], float, float]]
+    stats: UpdateStats, parts: list[tuple[dict[str, list[tuple[float, float]]], float, float]]
 ) -> None:
     """Add every rank's micro-batch statistics of one optimiser step to `stats` (sums over ranks:
     each micro-batch loss is a share of the whole mini-batch's loss)."""
