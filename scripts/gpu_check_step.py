@@ -85,6 +85,8 @@ def run_one(args, lora: bool, predictor: str) -> dict:
     )
     from trace_gym.trainers.loop import Trainer
 
+    from trace_gym.runner import runner_config
+
     torch.manual_seed(0)
     if args.device.startswith("cuda"):
         torch.cuda.reset_peak_memory_stats()
@@ -102,10 +104,8 @@ def run_one(args, lora: bool, predictor: str) -> dict:
             allocator="trace",
             predictor=predictor,
             predictor_kwargs=kwargs,
-            root_budget=args.roots,
-            replays_per_root=1.0,
-            candidates_per_step=args.roots // 2,
-            m_max=4,
+            runner=runner_config(args, replays_per_root=1.0, m_max=4),
+            candidates_per_step=args.root_budget // 2,
             group_size=2,
         ),
         algo=AlgoConfig(name="treerpo"),
@@ -140,6 +140,8 @@ def run_one(args, lora: bool, predictor: str) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from trace_gym.runner import add_runner_args
+
     p = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -149,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--modes", default="lora,full")
     p.add_argument("--predictors", default="empirical,critic")
-    p.add_argument("--roots", type=int, default=16)
+    add_runner_args(p, root_budget=16)
     p.add_argument("--new-tokens", type=int, default=32)
     p.add_argument("--gen-batch", type=int, default=32)
     p.add_argument("--micro-batch", type=int, default=4)

@@ -19,10 +19,11 @@ from pathlib import Path
 
 
 def main() -> None:
+    from trace_gym.runner import add_runner_args, runner_config
+
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[1])
     ap.add_argument("--steps", type=int, default=3)
-    ap.add_argument("--roots", type=int, default=8, help="M: root rollouts per generation batch")
-    ap.add_argument("--replays", type=float, default=0.5, help="N: replays per root")
+    add_runner_args(ap, root_budget=8, replays_per_root=0.5)  # per generation batch
     ap.add_argument(
         "--candidates", type=int, default=4, help="distinct prompts per generation batch"
     )
@@ -63,9 +64,7 @@ def main() -> None:
         temperature=1.0,
         disable_tqdm=True,
     )
-    cfg = TRLRolloutConfig(
-        root_budget=a.roots, replays_per_root=a.replays, m_max=4, advantage=a.advantage
-    )
+    cfg = TRLRolloutConfig(runner=runner_config(a, m_max=4), advantage=a.advantage)
     trainer = make_grpo_trainer(
         policy, lambda: gym.make("trace/Sim-v0", preset=preset, num_tasks=8, seed=0), args, cfg
     )

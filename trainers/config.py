@@ -507,7 +507,14 @@ class TrainConfig:
         self.rollout.runner = replace(runner, seed=self.seed)
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """The config as plain data; `FLAT_RUNNER_KEYS` stay flat in ``rollout`` (the keys
+        provenance.json and checkpoints have always had), the other runner settings are
+        under ``rollout.runner``. `from_dict` reads it back."""
+        d = asdict(self)
+        runner = d["rollout"].pop("runner")
+        d["rollout"].update({k: runner.pop(k) for k in FLAT_RUNNER_KEYS})
+        d["rollout"]["runner"] = runner
+        return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> TrainConfig:
