@@ -172,12 +172,15 @@ FLAT_RUNNER_KEYS = (
 DEFAULT_ROOT_BUDGET = 16
 
 
-def runner_table(value: Any, where: str = "rollout") -> RunnerConfig:
+def runner_table(
+    value: Any, where: str = "rollout", flat: tuple[str, ...] = FLAT_RUNNER_KEYS
+) -> RunnerConfig:
     """The `RunnerConfig` a ``runner`` table (a dict, or one already built) describes.
 
     Its keys are the runner's fields, type-checked like any config value; ``root_budget``
     defaults to 16. Every bound is the runner's own (`RunnerConfig.__post_init__`), its
-    message prefixed with `where` (``rollout.root_budget must be >= 2 ...``).
+    message naming the key where it can be written: ``rollout.root_budget`` for one of
+    the `flat` keys, ``rollout.runner.expansion`` for the others.
     """
     if isinstance(value, RunnerConfig):
         return value
@@ -189,11 +192,13 @@ def runner_table(value: Any, where: str = "rollout") -> RunnerConfig:
         raise ConfigError(
             f"unknown key(s) {extra} in [{where}.runner]; known keys: {', '.join(sorted(known))}"
         )
-    _check_values(RunnerConfig, value, where)
+    for key in value:  # one at a time, so each message names its own table
+        _check_values(RunnerConfig, {key: value[key]}, where if key in flat else f"{where}.runner")
     try:
         return RunnerConfig(**{"root_budget": DEFAULT_ROOT_BUDGET, **value})
     except ConfigError as e:
-        raise ConfigError(f"{where}.{e}" if where else str(e)) from None
+        name = str(e).partition(" ")[0]
+        raise ConfigError(f"{where if name in flat else where + '.runner'}.{e}") from None
 
 
 def takes_flat_runner_keys(keys: tuple[str, ...], where: str) -> Any:
@@ -567,7 +572,21 @@ def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> Tr
                     f"cannot set {key!r}: {'.'.join(head[: i + 1])} is a value, not a table"
                 )
         node[last] = value
+        _override_runner_key(d, head, last)
     return TrainConfig.from_dict(d)
+
+
+def _override_runner_key(d: dict[str, Any], head: list[str], last: str) -> None:
+    """An override of a runner setting replaces it in whichever of its two homes the file
+    used (``rollout.runner.root_budget`` overrides a flat ``[rollout] root_budget``)."""
+    rollout = d.get("rollout")
+    if last not in FLAT_RUNNER_KEYS or not isinstance(rollout, dict):
+        return
+    runner = rollout.get("runner")
+    if head == ["rollout"] and isinstance(runner, dict):
+        runner.pop(last, None)
+    elif head == ["rollout", "runner"]:
+        rollout.pop(last, None)
 
 
 def _parse_config(path: Path, text: str) -> dict[str, Any]:

@@ -102,7 +102,11 @@ log = logging.getLogger(__name__)
 ALLOCATION_FILE = "trace_allocation.jsonl"
 
 
-@takes_flat_runner_keys((*FLAT_RUNNER_KEYS, "seed"), "TRLRolloutConfig")
+#: the runner settings `TRLRolloutConfig` takes as keyword arguments of its own
+TRL_FLAT_KEYS = (*FLAT_RUNNER_KEYS, "seed")
+
+
+@takes_flat_runner_keys(TRL_FLAT_KEYS, "TRLRolloutConfig")
 @dataclass
 class TRLRolloutConfig:
     """What `TraceRollout` collects per TRL generation batch and how it scores it.
@@ -116,7 +120,9 @@ class TRLRolloutConfig:
     """
 
     #: the runner's settings (`trace_gym.runner.RunnerConfig`; root_budget 16 unless set)
-    runner: RunnerConfig = field(default_factory=lambda: runner_table({}, "TRLRolloutConfig"))
+    runner: RunnerConfig = field(
+        default_factory=lambda: runner_table({}, "TRLRolloutConfig", TRL_FLAT_KEYS)
+    )
     allocator: str = "trace"
     allocator_kwargs: dict[str, Any] = field(default_factory=dict)
     #: predictor name or "module:Class" ("" = none: every value 0.5)
@@ -135,7 +141,7 @@ class TRLRolloutConfig:
     def __post_init__(self) -> None:
         from trace_gym.alloc import ALLOCATORS
 
-        self.runner = runner_table(self.runner, "TRLRolloutConfig")
+        self.runner = runner_table(self.runner, "TRLRolloutConfig", TRL_FLAT_KEYS)
         if self.allocator not in ALLOCATORS:
             raise unknown("allocator", self.allocator, ALLOCATORS)
         if self.advantage not in ADVANTAGES:
