@@ -24,6 +24,8 @@ __all__ = ["main"]
 def _parser() -> argparse.ArgumentParser:
     from trace_gym.agents.evaluate import add_common_args
 
+    from trace_gym.runner import add_runner_args
+
     p = Parser(prog="trace-gym rollout", description=main.__doc__)
     add_common_args(p)
     p.add_argument(
@@ -36,9 +38,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--steps", type=int, default=1)
     p.add_argument("--tasks", type=int, default=16, help="candidate prompts per step")
-    p.add_argument("--roots", type=int, default=32, help="M: root rollouts per step")
-    p.add_argument("--replays", type=float, default=2.0, help="N: replays per root")
-    p.add_argument("--m-max", dest="m_max", type=int, default=16)
+    add_runner_args(
+        p, root_budget=32, replays_per_root=2.0, m_max=16
+    )  # --seed, --max-batch: common
     p.add_argument("--group-size", dest="group_size", type=int, default=8)
     p.add_argument("--out", required=True, help="trees JSONL path (.gz to compress)")
     p.add_argument(
@@ -60,22 +62,19 @@ def _check_args(args: argparse.Namespace) -> None:
     from trace_gym.alloc import ALLOCATORS
     from trace_gym.errors import ConfigError, unknown
     from trace_gym.registration import check_env_id
+    from trace_gym.runner import runner_config
 
     least = {
         "--steps": (args.steps, 0),
         "--tasks": (args.tasks, 1),
-        "--roots": (args.roots, 2),
-        "--m-max": (args.m_max, 2),
         "--group-size": (args.group_size, 2),
         "--ray-workers": (args.ray_workers, 1),
-        "--max-batch": (args.max_batch, 1),
         "--limit": (1 if args.limit is None else args.limit, 1),
     }
     for flag, (value, low) in least.items():
         if value < low:
             raise ConfigError(f"{flag} must be >= {low}, got {value}")
-    if not 0 <= args.replays < float("inf"):
-        raise ConfigError(f"--replays must be a finite number >= 0, got {args.replays}")
+    runner_config(args)  # --roots, --replays, --m-max, --max-batch: the runner's own rules
     if args.allocator not in ALLOCATORS:
         raise unknown("allocator", args.allocator, ALLOCATORS)
     if args.predictor != "none":
@@ -101,7 +100,7 @@ def _runner(args: argparse.Namespace, factory: Any, env: Any) -> Any:
     from trace_gym.alloc import make_allocator
     from trace_gym.distributed import make_runner
     from trace_gym.predict import make_predictor
-    from trace_gym.runner import RunnerConfig
+    from trace_gym.runner import runner_config
 
     policy = policy_from(args, env)  # before the predictor, which may seed torch
     predictor = None if args.predictor == "none" else make_predictor(args.predictor)
@@ -110,13 +109,7 @@ def _runner(args: argparse.Namespace, factory: Any, env: Any) -> Any:
         factory,
         make_allocator(args.allocator, m_max=args.m_max, group_size=args.group_size),
         predictor,
-        RunnerConfig(
-            root_budget=args.roots,
-            replays_per_root=args.replays,
-            m_max=args.m_max,
-            max_batch=args.max_batch,
-            seed=args.seed,
-        ),
+        runner_config(args),
         ray_address=args.ray,
         num_workers=args.ray_workers,
         sync_policy=False,

@@ -38,9 +38,11 @@ from trace_gym.bench.report import (
 )
 from trace_gym.bench.report_html import write_index
 
+from trace_gym.budget import DEFAULT_REPLAY_COST
 from trace_gym.cli import Parser
+from trace_gym.compat import old_names, renamed_fields
 from trace_gym.errors import ConfigError, DependencyNotInstalled, unknown
-from trace_gym.runner import BranchingRunner, RunnerConfig
+from trace_gym.runner import BranchingRunner, add_runner_args, runner_config
 from trace_gym.seeding import stable_seed
 from trace_gym.tree import RolloutTree, batch_metrics
 
@@ -71,17 +73,23 @@ def _preset_names() -> tuple[str, ...]:
 PRESET_NAMES = _preset_names()
 
 
+@renamed_fields(roots="root_budget", replays="replays_per_root")
 @dataclass
 class BenchConfig:
-    """One benchmark run (see `main` for the command-line flags)."""
+    """One benchmark run (see `main` for the command-line flags).
+
+    The runner's settings keep the runner's names (``root_budget`` for ``--roots``,
+    ``replays_per_root`` for ``--replays``); ``roots=`` / ``replays=`` still work, and the
+    JSON output keeps those keys.
+    """
 
     preset: str = "math"
     drift: bool = False
     steps: int = 10
     #: M root rollouts per step (tree policies)
-    roots: int = 256
+    root_budget: int = 256
     #: N replays per root (tree policies); flat policies get M (1 + N/2) roots instead
-    replays: float = 2.0
+    replays_per_root: float = 2.0
     seeds: int = 1
     #: allocation policies (empty: every registered one)
     policies: tuple[str, ...] = ()
@@ -119,9 +127,14 @@ class BenchConfig:
             raise ConfigError(
                 "--env needs --policy scripted (the only generic policy the harness can build)"
             )
-        if self.steps < 1 or self.roots < 2 or self.seeds < 1:
+        if self.steps < 1 or self.root_budget < 2 or self.seeds < 1:
             raise ConfigError("need --steps >= 1, --roots >= 2 and --seeds >= 1")
-        if self.replays < 0 or self.group_size < 2 or self.m_max < 2 or self.pool_factor <= 0:
+        if (
+            self.replays_per_root < 0
+            or self.group_size < 2
+            or self.m_max < 2
+            or self.pool_factor <= 0
+        ):
             raise ConfigError(
                 "need --replays >= 0, --group-size >= 2, --m-max >= 2, --pool-factor > 0"
             )
@@ -134,7 +147,7 @@ class BenchConfig:
     @property
     def accounted_budget(self) -> float:
         """M (1 + N/2) trajectory-equivalents per step, for every policy."""
-        return self.roots * (1.0 + 0.5 * self.replays)
+        return self.root_budget * (1.0 + DEFAULT_REPLAY_COST * self.replays_per_root)
 
     @property
     def flat_roots(self) -> int:
@@ -461,13 +474,11 @@ def run_policy(
 
     allocator = _make_allocator(cfg, name)
     branching = bool(getattr(allocator, "branching", True))
-    rcfg = RunnerConfig(
-        root_budget=cfg.roots if branching else cfg.flat_roots,
-        replays_per_root=cfg.replays if branching else 0.0,
-        m_max=cfg.m_max,
-        max_batch=cfg.max_batch,
+    rcfg = runner_config(  # m_max, max_batch, prefix_share: the bench's own
+        cfg,
+        root_budget=cfg.root_budget if branching else cfg.flat_roots,
+        replays_per_root=cfg.replays_per_root if branching else 0.0,
         seed=seed,
-        prefix_share=cfg.prefix_share,
     )
     pname, pkw = parse_predictor(predictor or cfg.predictor)
     exact = exact_log and source.has_true_value and cfg.env_id is None
@@ -505,8 +516,8 @@ def _protocol(cfg: BenchConfig) -> dict[str, Any]:
         "prompts": cfg.protocol,
         "steps": cfg.steps,
         "seeds": cfg.seeds,
-        "roots": cfg.roots,
-        "replays_per_root": cfg.replays,
+        "roots": cfg.root_budget,
+        "replays_per_root": cfg.replays_per_root,
         "accounted_budget": cfg.accounted_budget,
         "candidates_per_step": cfg.candidates_per_step,
         "predictor": cfg.predictor,
@@ -532,7 +543,7 @@ def _calibration(cfg: BenchConfig) -> dict[str, Any]:
 
 
 def _config_dict(cfg: BenchConfig) -> dict[str, Any]:
-    d = {k: getattr(cfg, k) for k in cfg.__dataclass_fields__ if k != "progress"}
+    d = {k: v for k, v in old_names(cfg).items() if k != "progress"}
     d["policies"] = list(cfg.policies)
     d.update(
         accounted_budget=cfg.accounted_budget,
@@ -713,8 +724,8 @@ def run_shapes(
         sub = BenchConfig(
             **{
                 **cfg.__dict__,
-                "roots": roots,
-                "replays": n,
+                "root_budget": roots,
+                "replays_per_root": n,
                 "group_size": group,
                 "candidates": n_cand,
                 "policies": tuple(policies),
@@ -746,8 +757,11 @@ def run_shapes_fixed_group(
     cols = SHAPE_COLUMNS
     out = {}
     for m, n in shapes:
-        sub = BenchConfig(**{**cfg.__dict__, "roots": m, "replays": n, "policies": tuple(policies)})
-        same = reuse is not None and (reuse.config.roots, reuse.config.replays) == (m, n)
+        sub = BenchConfig(
+            **{**cfg.__dict__, "root_budget": m, "replays_per_root": n, "policies": tuple(policies)}
+        )
+        done = reuse.config if reuse is not None else None
+        same = done is not None and (done.root_budget, done.replays_per_root) == (m, n)
         if same and all(p in reuse.summary["policies"] for p in policies):
             rows = reuse.summary["policies"]
         else:
@@ -783,8 +797,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--drift", action="store_true", help="the simulated policy improves every step")
     p.add_argument("--steps", type=int, default=10, help="training steps per policy (default 10)")
-    p.add_argument("--roots", type=int, default=256, help="M root rollouts per step (default 256)")
-    p.add_argument("--replays", type=float, default=2.0, help="N replays per root (default 2)")
+    add_runner_args(p, root_budget=256, replays_per_root=2.0)
     p.add_argument(
         "--seeds", type=int, default=1, help="repeat with K seeds; report means and 95%% CIs"
     )
@@ -809,12 +822,7 @@ def _protocol_args(p: argparse.ArgumentParser) -> None:
         action="store_true",
         help="v1 protocol: prompts recur (default: fresh prompts every step)",
     )
-    p.add_argument(
-        "--prefix-share",
-        type=float,
-        default=0.06,
-        help="prefix share of predictor batches (default 0.06)",
-    )
+    add_runner_args(p, prefix_share=0.06)
     p.add_argument(
         "--candidates",
         type=int,
@@ -837,7 +845,7 @@ def _protocol_args(p: argparse.ArgumentParser) -> None:
         help="add a TRACE row with the oracle predictor",
     )
     p.add_argument("--group-size", type=int, default=8, help="group size of fixed-group policies")
-    p.add_argument("--m-max", type=int, default=16, help="most root rollouts per prompt")
+    add_runner_args(p, m_max=16)
     p.add_argument(
         "--pool-factor",
         type=float,
@@ -845,7 +853,7 @@ def _protocol_args(p: argparse.ArgumentParser) -> None:
         help="candidates = factor x prompts a fixed-group policy takes",
     )
     p.add_argument("--num-tasks", type=int, default=None, help="task pool size (simulator)")
-    p.add_argument("--max-batch", type=int, default=None, help="most live episodes per policy call")
+    add_runner_args(p, max_batch=None)
     p.add_argument(
         "--shapes",
         default="",
@@ -924,8 +932,8 @@ def _config(args: argparse.Namespace) -> BenchConfig:
         preset=args.preset,
         drift=args.drift,
         steps=args.steps,
-        roots=args.roots,
-        replays=args.replays,
+        root_budget=args.root_budget,
+        replays_per_root=args.replays_per_root,
         seeds=args.seeds,
         policies=tuple(x.strip() for x in args.policies.split(",") if x.strip()),
         predictor=args.predictor,
@@ -948,7 +956,7 @@ def _config(args: argparse.Namespace) -> BenchConfig:
 def _title(cfg: BenchConfig) -> str:
     return (
         f"{cfg.env_id or 'trace/Sim-v0 ' + cfg.preset}{' (drift)' if cfg.drift else ''}: "
-        f"{cfg.steps} steps x {cfg.seeds} seed(s), {cfg.protocol} prompts, M={cfg.roots} N={cfg.replays:g} "
+        f"{cfg.steps} steps x {cfg.seeds} seed(s), {cfg.protocol} prompts, M={cfg.root_budget} N={cfg.replays_per_root:g} "
         f"({cfg.accounted_budget:.0f} trajectory-equivalents per step; flat policies {cfg.flat_roots} roots), "
         f"{cfg.candidates_per_step} candidates per step, predictor={cfg.predictor}"
     )

@@ -61,13 +61,13 @@ def allocation(args: argparse.Namespace) -> None:
     from trace_gym.bench.alloc import BenchConfig, format_goals, run_bench
     from trace_gym.bench.report import format_quality, format_table
 
-    cfg = BenchConfig(preset="math", steps=6, roots=128, replays=2.0, seeds=1)
+    cfg = BenchConfig(preset="math", steps=6, root_budget=128, replays_per_root=2.0, seeds=1)
     result = run_bench(cfg)
     s = result.summary
     print(
         format_table(
             s,
-            f"trace/Sim-v0 math preset, {cfg.steps} steps, M={cfg.roots} roots + N={cfg.replays:g} "
+            f"trace/Sim-v0 math preset, {cfg.steps} steps, M={cfg.root_budget} roots + N={cfg.replays_per_root:g} "
             f"replays per root ({cfg.accounted_budget:.0f} trajectory-equivalents per step; flat "
             f"policies get {cfg.flat_roots} roots), {cfg.candidates_per_step} candidates per step",
         )

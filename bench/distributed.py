@@ -18,13 +18,20 @@ from typing import Any
 
 import numpy as np
 
+from trace_gym.budget import DEFAULT_REPLAY_COST
+from trace_gym.compat import old_names, renamed_fields
 from trace_gym.errors import ConfigError
-from trace_gym.runner import BranchingRunner, RunnerConfig
+from trace_gym.runner import BranchingRunner, runner_config
 from trace_gym.seeding import stable_seed
 
 __all__ = ["RayBenchConfig", "format_ray_bench", "main_from_alloc_args", "run_ray_bench"]
 
 
+#: the runner settings' names before the benchmarks took the runner's (``roots=`` still works)
+RENAMED = {"roots": "root_budget", "replays": "replays_per_root"}
+
+
+@renamed_fields(**RENAMED)
 @dataclass
 class StepBenchFields:
     """What the Ray benchmarks share: the simulator preset, the steps and their budget."""
@@ -32,13 +39,16 @@ class StepBenchFields:
     preset: str = "math"
     #: timed steps per setting (after one untimed warm-up step)
     steps: int = 3
-    roots: int = 64
-    replays: float = 2.0
+    #: M (``--roots``)
+    root_budget: int = 64
+    #: N (``--replays``)
+    replays_per_root: float = 2.0
     policy: str = "trace"
     predictor: str = "features"
     m_max: int = 16
 
 
+@renamed_fields(**RENAMED)
 @dataclass
 class RayBenchConfig(StepBenchFields):
     """One throughput comparison (CLI: `trace-gym bench alloc --ray ...`)."""
@@ -57,7 +67,7 @@ class RayBenchConfig(StepBenchFields):
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if self.steps < 1 or self.roots < 2 or self.max_batch < 1:
+        if self.steps < 1 or self.root_budget < 2 or self.max_batch < 1:
             raise ConfigError("need steps >= 1, roots >= 2 and max_batch >= 1")
         if self.latency_s < 0:
             raise ConfigError(f"latency must be >= 0 seconds, got {self.latency_s}")
@@ -70,7 +80,9 @@ def _setup(cfg: RayBenchConfig):
 
     from trace_gym.sim import PRESETS
 
-    n_cand = cfg.candidates or int(np.ceil(4 * cfg.roots * (1 + 0.5 * cfg.replays) / 8))
+    n_cand = cfg.candidates or int(
+        np.ceil(4 * cfg.root_budget * (1 + DEFAULT_REPLAY_COST * cfg.replays_per_root) / 8)
+    )
     num_tasks = max(PRESETS[cfg.preset].num_tasks, 2 * n_cand)
     kwargs = dict(preset=cfg.preset, num_tasks=num_tasks, seed=cfg.seed)
 
@@ -99,13 +111,7 @@ def _run(cfg: RayBenchConfig, factory, pools, workers: int | None) -> dict[str, 
     from trace_gym.sim import SimPolicy
 
     policy = LatencyPolicy(SimPolicy(cfg.preset), cfg.latency_s)
-    rcfg = RunnerConfig(
-        root_budget=cfg.roots,
-        replays_per_root=cfg.replays,
-        m_max=cfg.m_max,
-        max_batch=cfg.max_batch,
-        seed=cfg.seed,
-    )
+    rcfg = runner_config(cfg)  # root_budget, replays_per_root, m_max, max_batch, seed
     args = (
         policy,
         factory,
@@ -171,7 +177,7 @@ def run_ray_bench(cfg: RayBenchConfig) -> dict[str, Any]:
     for r in rows:
         r["same_trees"] = r.pop("trees") == reference
         r["speedup_vs_1"] = r["episodes_per_s"] / base["episodes_per_s"]
-    return {"config": {k: v for k, v in cfg.__dict__.items() if k != "extra"}, "rows": rows}
+    return {"config": {k: v for k, v in old_names(cfg).items() if k != "extra"}, "rows": rows}
 
 
 def format_ray_bench(result: dict[str, Any]) -> str:
@@ -197,8 +203,8 @@ def config_from_alloc_args(args: Any, workers: Sequence[int]) -> RayBenchConfig:
     return RayBenchConfig(
         preset=args.preset,
         steps=args.ray_steps,
-        roots=args.roots,
-        replays=args.replays,
+        root_budget=args.root_budget,
+        replays_per_root=args.replays_per_root,
         policy=policies[0] if policies else "trace",
         predictor=args.predictor,
         m_max=args.m_max,

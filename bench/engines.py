@@ -31,16 +31,19 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from trace_gym.bench.distributed import StepBenchFields
+from trace_gym.bench.distributed import RENAMED, StepBenchFields
 
+from trace_gym.budget import DEFAULT_REPLAY_COST
+from trace_gym.compat import old_names, renamed_fields
 from trace_gym.errors import ConfigError
-from trace_gym.runner import BranchingRunner, RunnerConfig
+from trace_gym.runner import BranchingRunner, RunnerConfig, runner_config
 from trace_gym.scheduling import EXPANSIONS
 from trace_gym.seeding import stable_seed
 
 __all__ = ["EngineBenchConfig", "format_engine_bench", "run_engine_bench", "tree_shape"]
 
 
+@renamed_fields(**RENAMED)
 @dataclass
 class EngineBenchConfig(StepBenchFields):
     """One engine-pool comparison (CLI: `trace-gym bench alloc --ray --engines ...`)."""
@@ -61,7 +64,7 @@ class EngineBenchConfig(StepBenchFields):
     seed: int = 0
 
     def __post_init__(self) -> None:
-        if self.steps < 1 or self.roots < 2 or self.hf_roots < 2:
+        if self.steps < 1 or self.root_budget < 2 or self.hf_roots < 2:
             raise ConfigError("need steps >= 1 and roots >= 2")
         if not self.engines or min(self.engines) < 1:
             raise ConfigError(f"engine counts must be >= 1, got {self.engines}")
@@ -79,7 +82,7 @@ class EngineBenchConfig(StepBenchFields):
 def _pools(cfg: EngineBenchConfig, preset: str, roots: int) -> tuple[Any, list[list[str]]]:
     import gymnasium as gym
 
-    n_cand = int(np.ceil(4 * roots * (1 + 0.5 * cfg.replays) / 8))
+    n_cand = int(np.ceil(4 * roots * (1 + DEFAULT_REPLAY_COST * cfg.replays_per_root) / 8))
     kwargs = dict(preset=preset, num_tasks=max(64, 2 * n_cand), seed=cfg.seed)
 
     def factory():
@@ -98,14 +101,7 @@ def _pools(cfg: EngineBenchConfig, preset: str, roots: int) -> tuple[Any, list[l
 def _runner_config(
     cfg: EngineBenchConfig, roots: int, expansion: str, max_batch: int | None
 ) -> RunnerConfig:
-    return RunnerConfig(
-        root_budget=roots,
-        replays_per_root=cfg.replays,
-        m_max=cfg.m_max,
-        max_batch=max_batch,
-        seed=cfg.seed,
-        expansion=expansion,
-    )
+    return runner_config(cfg, root_budget=roots, max_batch=max_batch, expansion=expansion)
 
 
 def _steps(runner: Any, pools: list[list[str]], engine_stats: Any = None) -> dict[str, Any]:
@@ -300,8 +296,8 @@ def run_engine_bench(cfg: EngineBenchConfig) -> dict[str, Any]:
     from trace_gym.sim import SimPolicy
 
     ray = import_ray()
-    factory, pools = _pools(cfg, cfg.preset, cfg.roots)
-    ref = _reference(cfg, SimPolicy(cfg.preset), factory, pools, cfg.roots, None)
+    factory, pools = _pools(cfg, cfg.preset, cfg.root_budget)
+    ref = _reference(cfg, SimPolicy(cfg.preset), factory, pools, cfg.root_budget, None)
     started = not ray.is_initialized()
     if started:
         need = max(cfg.engines) + (cfg.env_workers or max(cfg.engines))
@@ -316,7 +312,7 @@ def run_engine_bench(cfg: EngineBenchConfig) -> dict[str, Any]:
                 pools,
                 engines=n,
                 expansion=b,
-                roots=cfg.roots,
+                roots=cfg.root_budget,
                 hf=False,
             )
             for b in cfg.barriers
@@ -331,7 +327,7 @@ def run_engine_bench(cfg: EngineBenchConfig) -> dict[str, Any]:
             ray.shutdown()
     ref.pop("trees")
     rows = [ref, *rows, *hf_rows]
-    return {"config": dict(cfg.__dict__), "rows": rows, **_summary(cfg, rows)}
+    return {"config": old_names(cfg), "rows": rows, **_summary(cfg, rows)}
 
 
 def _hf_rows(cfg: EngineBenchConfig) -> list[dict[str, Any]]:
@@ -395,8 +391,8 @@ def config_from_alloc_args(args: Any) -> EngineBenchConfig:
     return EngineBenchConfig(
         preset=args.preset,
         steps=args.ray_steps,
-        roots=args.roots,
-        replays=args.replays,
+        root_budget=args.root_budget,
+        replays_per_root=args.replays_per_root,
         policy=policies[0] if policies else "trace",
         predictor=args.predictor,
         m_max=args.m_max,

@@ -22,6 +22,8 @@ from typing import Any
 
 import numpy as np
 
+from trace_gym.budget import DEFAULT_REPLAY_COST
+from trace_gym.compat import renamed_fields
 from trace_gym.errors import ConfigError
 from trace_gym.seeding import stable_seed
 
@@ -40,17 +42,22 @@ DEFAULT_PROTOCOL = Path(__file__).resolve().parent.parent / "configs" / "learn_p
 TINY_LM_PROTOCOL = DEFAULT_PROTOCOL.with_name("tiny_lm_v1.toml")
 
 
+@renamed_fields(roots="root_budget", replays="replays_per_root")
 @dataclass
 class LearnConfig:
-    """One `bench learn` run: the protocol's values, with any command-line overrides."""
+    """One `bench learn` run: the protocol's values, with any command-line overrides.
+
+    The runner's settings carry the runner's names (the protocol's ``[budget]`` says
+    ``roots`` and ``replays``, which stay keyword arguments and attributes too).
+    """
 
     preset: str = "math"
     arms: dict[str, tuple[str, str, bool]] = field(default_factory=dict)
     seeds: int = 20
     steps: int = 60
-    roots: int = 32
-    replays: float = 2.0
-    replay_cost: float = 0.5
+    root_budget: int = 32
+    replays_per_root: float = 2.0
+    replay_cost: float = DEFAULT_REPLAY_COST
     group_size: int = 8
     m_max: int = 16
     candidates: int = 32
@@ -76,7 +83,7 @@ class LearnConfig:
 
     @property
     def accounted_budget(self) -> float:
-        return self.roots * (1.0 + self.replays * self.replay_cost)
+        return self.root_budget * (1.0 + self.replays_per_root * self.replay_cost)
 
     @property
     def flat_roots(self) -> int:
@@ -96,8 +103,8 @@ def config_from_protocol(proto: dict[str, Any], **over: Any) -> LearnConfig:
         arms={k: (v[0], v[1], bool(v[2])) for k, v in proto["arms"].items()},
         seeds=proto["comparisons"]["primary_seeds"],
         steps=lr["steps"],
-        roots=b["roots"],
-        replays=b["replays"],
+        root_budget=b["roots"],
+        replays_per_root=b["replays"],
         replay_cost=b["replay_cost"],
         group_size=b["group_size"],
         m_max=b["m_max"],
@@ -180,15 +187,14 @@ def _runner(cfg: LearnConfig, arm: str, seed: int, policy: Any) -> Any:
 
     from trace_gym.alloc import make_allocator
     from trace_gym.predict import make_predictor
-    from trace_gym.runner import BranchingRunner, RunnerConfig
+    from trace_gym.runner import BranchingRunner, runner_config
 
     alloc_name, _, branching = cfg.arms[arm]
     allocator = make_allocator(alloc_name, m_max=cfg.m_max, group_size=cfg.group_size)
-    rc = RunnerConfig(
-        root_budget=cfg.roots if branching else cfg.flat_roots,
-        replays_per_root=cfg.replays if branching else 0.0,
-        m_max=cfg.m_max,
-        replay_cost=cfg.replay_cost,
+    rc = runner_config(  # m_max, replay_cost: the protocol's
+        cfg,
+        root_budget=cfg.root_budget if branching else cfg.flat_roots,
+        replays_per_root=cfg.replays_per_root if branching else 0.0,
         seed=seed,
     )
     if alloc_name == "oracle":

@@ -228,8 +228,8 @@ def compare(
             "steps": cfg.steps,
             "accounted_budget_per_step": cfg.accounted_budget,
             "heldout_tasks": cfg.heldout_tasks,
-            "roots": cfg.roots,
-            "replays": cfg.replays,
+            "roots": cfg.root_budget,
+            "replays": cfg.replays_per_root,
             "candidates": cfg.candidates,
             "learner": cfg.learner,
             "evaluation": proto["tasks"].get("evaluation", "exact"),
@@ -450,7 +450,7 @@ def main(argv: list[str] | None = None) -> int:
             "heldout_tasks": args.heldout,
             "eval_every": args.eval_every,
             "eval_samples": args.eval_samples,
-            "roots": args.roots,
+            "root_budget": args.roots,
             "candidates": args.candidates,
             "progress": not args.no_progress,
             "work_dir": str(args.out / "runs") if args.out else None,
@@ -460,10 +460,10 @@ def main(argv: list[str] | None = None) -> int:
             raise ConfigError(
                 "need --seeds, --steps, --heldout, --eval-every and --eval-samples >= 1"
             )
-        info["deviations"] = {
-            k: v
+        info["deviations"] = {  # under the flags' names (--roots)
+            {"root_budget": "roots"}.get(k, k): v
             for k, v in over.items()
-            if k in ("roots", "candidates", "eval_samples") and v is not None
+            if k in ("root_budget", "candidates", "eval_samples") and v is not None
         }
         rep = compare(cfg, arms, proto, info)
     except ConfigError as e:

@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from trace_gym.budget import DEFAULT_REPLAY_COST
 from trace_gym.cli import Parser
 
 __all__ = ["METHODS", "compare", "mean_ci", "method_config"]
@@ -105,7 +106,7 @@ def method_config(
 
     allocator, algo, branching = METHODS[method]
     tiny = asdict(warm_start_config())
-    budget = roots if branching else int(round(roots * (1 + replays * 0.5)))
+    budget = roots if branching else int(round(roots * (1 + replays * DEFAULT_REPLAY_COST)))
     return TrainConfig.from_dict(
         {
             "steps": steps,

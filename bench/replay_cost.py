@@ -24,6 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from trace_gym.budget import DEFAULT_REPLAY_COST
 from trace_gym.cli import Parser
 from trace_gym.errors import ConfigError
 
@@ -33,7 +34,7 @@ ENVS = ("trace/Sim-v0", "trace/Math-v0", "trace/HotpotQA-v0")
 
 
 def table_cost(
-    table: dict[str, dict[str, float]], key: str = "decode", default: float = 0.5
+    table: dict[str, dict[str, float]], key: str = "decode", default: float = DEFAULT_REPLAY_COST
 ) -> Callable[[int, int], float]:
     """A ``Budget.cost`` from a measured ``replay_cost_by_depth`` table (one env, one engine).
 
@@ -97,7 +98,7 @@ def run(
         "replay_cost_by_depth": by_depth,
         "prefill_saved_share": saved,
         "totals": extra,
-        "accounted_replay_cost": 0.5,
+        "accounted_replay_cost": DEFAULT_REPLAY_COST,
         "model_dir": str(path),
         "tasks": tasks,
         "max_turns": max_turns,

@@ -122,6 +122,8 @@ def train_config(args, lora: bool, predictor: str):
         TrainConfig,
     )
 
+    from trace_gym.runner import runner_config
+
     kwargs = {"device": args.device} if predictor == "critic" else {}
     return TrainConfig(
         steps=1,
@@ -135,10 +137,8 @@ def train_config(args, lora: bool, predictor: str):
             allocator="trace",
             predictor=predictor,
             predictor_kwargs=kwargs,
-            root_budget=args.roots,
-            replays_per_root=1.0,
-            candidates_per_step=args.roots // 2,
-            m_max=4,
+            runner=runner_config(args, replays_per_root=1.0, m_max=4),
+            candidates_per_step=args.root_budget // 2,
             group_size=2,
         ),
         algo=AlgoConfig(name="treerpo"),
@@ -147,6 +147,8 @@ def train_config(args, lora: bool, predictor: str):
 
 
 def main(argv: list[str] | None = None) -> int:
+    from trace_gym.runner import add_runner_args
+
     p = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -156,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--modes", default="lora,full")
     p.add_argument("--predictors", default="empirical,critic")
-    p.add_argument("--roots", type=int, default=16)
+    add_runner_args(p, root_budget=16)
     p.add_argument("--new-tokens", type=int, default=32)
     p.add_argument("--gen-batch", type=int, default=32)
     p.add_argument("--micro-batch", type=int, default=4)

@@ -28,6 +28,8 @@ def main() -> None:
     from trace_gym.bench.pipeline import pipeline_preset
     from trace_gym.trainers.trl_adapter import TRLRolloutConfig, make_grpo_trainer
 
+    from trace_gym.runner import runner_config
+
     torch.set_num_threads(1)
     t0 = time.perf_counter()
     policy = HFPolicy.from_pretrained(
@@ -36,9 +38,7 @@ def main() -> None:
         max_batch=32,
     )
     preset = pipeline_preset()
-    cfg = TRLRolloutConfig(
-        root_budget=a.roots, replays_per_root=a.replays, m_max=4, advantage=a.advantage
-    )
+    cfg = TRLRolloutConfig(runner=runner_config(a, m_max=4), advantage=a.advantage)
     trainer = make_grpo_trainer(
         policy,
         lambda: gym.make("trace/Sim-v0", preset=preset, num_tasks=8, seed=0),
@@ -59,10 +59,11 @@ def main() -> None:
 
 
 def parse_args() -> argparse.Namespace:
+    from trace_gym.runner import add_runner_args
+
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[1])
     ap.add_argument("--steps", type=int, default=3)
-    ap.add_argument("--roots", type=int, default=8, help="M: root rollouts per generation batch")
-    ap.add_argument("--replays", type=float, default=0.5, help="N: replays per root")
+    add_runner_args(ap, root_budget=8, replays_per_root=0.5)  # per generation batch
     ap.add_argument(
         "--candidates", type=int, default=4, help="distinct prompts per generation batch"
     )

@@ -27,6 +27,7 @@ from typing import Any, NamedTuple
 from trace_gym.errors import ConfigError
 
 __all__ = [
+    "DEFAULT_REPLAY_COST",
     "EVENT_KINDS",
     "Budget",
     "Event",
@@ -35,6 +36,10 @@ __all__ = [
     "TIME_BUCKETS",
     "remaining_turn_cost",
 ]
+
+#: cost of one replay in trajectory-equivalents when nothing else is said: the paper's
+#: flat half (a replay regenerates about half a trajectory; docs/runner.md)
+DEFAULT_REPLAY_COST = 0.5
 
 #: where wall time goes; "bookkeeping" is the rest of the step
 TIME_BUCKETS = ("policy", "env", "predictor", "allocator", "bookkeeping")
@@ -64,7 +69,7 @@ class Budget:
     #: the continuation budget in replays, round(N * M)
     replays: int = 0
     #: flat cost of one replay in trajectory-equivalents (the paper's half)
-    replay_cost: float = 0.5
+    replay_cost: float = DEFAULT_REPLAY_COST
     #: cost of one replay from a prefix, (depth, rollout_turns) -> trajectory-equivalents,
     #: charged instead of `replay_cost` when the allocator declares ``cost_aware``
     cost: Callable[[int, int], float] = remaining_turn_cost
@@ -78,7 +83,9 @@ class Budget:
             raise ConfigError(f"replay_cost must be >= 0, got {self.replay_cost}")
 
     @classmethod
-    def per_root(cls, roots: int, replays_per_root: float, replay_cost: float = 0.5) -> Budget:
+    def per_root(
+        cls, roots: int, replays_per_root: float, replay_cost: float = DEFAULT_REPLAY_COST
+    ) -> Budget:
         """M roots and round(N * M) replays."""
         return cls(int(roots), int(round(replays_per_root * roots)), float(replay_cost))
 
@@ -162,7 +169,7 @@ class StepReport:
     #: budget that could not be placed (a prompt with no replayable prefix)
     replays_unspent: int = 0
     #: flat cost of one replay in trajectory-equivalents (`Budget.replay_cost`)
-    replay_cost: float = 0.5
+    replay_cost: float = DEFAULT_REPLAY_COST
     #: what the replays run were charged, each its own cost (`Budget.prefix_cost`)
     replay_charge: float = 0.0
     #: roots * 1 + replay_charge (`Budget.accounted`)

@@ -9,16 +9,30 @@ path) and returns the new module's attribute. The aliases are listed in
 `DEPRECATED_ALIASES` (the architecture test allows their outward strings and nothing
 else) and go in 0.3. A name that left a package which stays (`MOVED_NAMES`) is
 forwarded the same way by the package's ``__getattr__ = moved_names(__name__)``.
+
+`renamed_fields` does the same for a dataclass field renamed to the name the rest of the
+code uses (``BenchConfig.roots`` -> ``root_budget``): the old name stays a constructor
+keyword and an attribute, without a warning, since command-line flags and JSON keys
+still say it.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib
 import warnings
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["DEPRECATED_ALIASES", "MOVED_NAMES", "REMOVED_IN", "moved", "moved_names"]
+__all__ = [
+    "DEPRECATED_ALIASES",
+    "MOVED_NAMES",
+    "REMOVED_IN",
+    "moved",
+    "moved_names",
+    "old_names",
+    "renamed_fields",
+]
 
 REMOVED_IN = "0.3"
 
@@ -73,3 +87,46 @@ def _forward(old: str, new: str, names: frozenset[str] | None) -> Callable[[str]
         return getattr(importlib.import_module(new), name)
 
     return __getattr__
+
+
+def renamed_fields(**old_to_new: str) -> Callable[[type], type]:
+    """Class decorator of a dataclass: each old field name stays a keyword argument of the
+    constructor and an attribute (read and set), both meaning the new field. Apply it to
+    every dataclass of a hierarchy (a subclass's generated ``__init__`` is its own)."""
+
+    def alias(new: str) -> property:
+        def get(self: Any) -> Any:
+            return getattr(self, new)
+
+        def put(self: Any, value: Any) -> None:
+            setattr(self, new, value)
+
+        return property(get, put, doc=f"the old name of `{new}`")
+
+    def decorate(cls: type) -> type:
+        init = cls.__init__
+
+        @functools.wraps(init)
+        def __init__(self: Any, *args: Any, **kw: Any) -> None:
+            for old, new in old_to_new.items():
+                if old in kw:
+                    if new in kw:
+                        raise TypeError(f"{cls.__name__}() got both {old!r} and {new!r}")
+                    kw[new] = kw.pop(old)
+            init(self, *args, **kw)
+
+        cls.__init__ = __init__  # type: ignore[misc]
+        renamed = {**getattr(cls, "__renamed__", {}), **{n: o for o, n in old_to_new.items()}}
+        cls.__renamed__ = renamed  # type: ignore[attr-defined]
+        for old, new in old_to_new.items():
+            setattr(cls, old, alias(new))
+        return cls
+
+    return decorate
+
+
+def old_names(obj: Any) -> dict[str, Any]:
+    """`obj`'s attributes (``vars``), each renamed field under its old name (the JSON keys
+    a `renamed_fields` class wrote before the rename)."""
+    renamed = getattr(type(obj), "__renamed__", {})
+    return {renamed.get(k, k): v for k, v in vars(obj).items()}

@@ -34,9 +34,11 @@ kind; siblings go on. When more than half of a step's branches failed the runner
 
 from __future__ import annotations
 
+import argparse
 import logging
+import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from functools import partial
 from typing import Any, NamedTuple
 
@@ -45,7 +47,7 @@ import numpy as np
 
 from trace_gym import plan
 from trace_gym.alloc.base import Allocator, VisitHistory
-from trace_gym.budget import Budget, StepReport, Stopwatch
+from trace_gym.budget import DEFAULT_REPLAY_COST, Budget, StepReport, Stopwatch
 from trace_gym.core import unwrap
 from trace_gym.errors import BranchFailures, ConfigError
 from trace_gym.mixture import ROLLOUT_COSTS, RolloutCosts
@@ -62,7 +64,15 @@ from trace_gym.scheduling import (
 from trace_gym.seeding import stable_seed
 from trace_gym.tree import RolloutTree
 
-__all__ = ["BranchingRunner", "RunnerConfig", "StepResult", "step_context"]
+__all__ = [
+    "RUNNER_FLAGS",
+    "BranchingRunner",
+    "RunnerConfig",
+    "StepResult",
+    "add_runner_args",
+    "runner_config",
+    "step_context",
+]
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +88,7 @@ class RunnerConfig:
     #: most root rollouts one prompt can get
     m_max: int = 16
     #: cost of one replay in trajectory-equivalents (the paper's flat half)
-    replay_cost: float = 0.5
+    replay_cost: float = DEFAULT_REPLAY_COST
     #: most live episodes per policy call (None: all of them)
     max_batch: int | None = None
     #: the run's seed, mixed into every branch seed
@@ -105,22 +115,26 @@ class RunnerConfig:
     rollout_cost: str = "flat"
 
     def __post_init__(self) -> None:
+        """The one set of rules for these settings (the trainer's and TRL's tables embed them)."""
         if self.rollout_cost not in ROLLOUT_COSTS:
             raise ConfigError(
                 f"rollout_cost must be one of {ROLLOUT_COSTS}, got {self.rollout_cost!r}"
             )
         if self.expansion not in EXPANSIONS:
             raise ConfigError(f"expansion must be one of {EXPANSIONS}, got {self.expansion!r}")
-        if self.root_budget < 1:
-            raise ConfigError(f"root_budget must be >= 1, got {self.root_budget}")
-        if self.replays_per_root < 0:
-            raise ConfigError(f"replays_per_root must be >= 0, got {self.replays_per_root}")
+        if self.root_budget < 2:  # 1 root can never be placed: every allocator keeps pairs
+            raise ConfigError(
+                f"root_budget must be >= 2 (a kept prompt gets at least 2 rollouts), "
+                f"got {self.root_budget}"
+            )
         if self.m_max < 2:
             raise ConfigError(
                 f"m_max must be >= 2 (a kept prompt gets at least 2 rollouts), got {self.m_max}"
             )
-        if self.replay_cost < 0:
-            raise ConfigError(f"replay_cost must be >= 0, got {self.replay_cost}")
+        for name in ("replays_per_root", "replay_cost"):  # 0: no replays / free replays
+            value = getattr(self, name)
+            if not 0 <= value < math.inf:
+                raise ConfigError(f"{name} must be a finite number >= 0, got {value}")
         if self.max_batch is not None and self.max_batch < 1:
             raise ConfigError(f"max_batch must be None or >= 1, got {self.max_batch}")
         if self.policy_retries < 0:
@@ -141,6 +155,49 @@ class RunnerConfig:
     def accounted_budget(self) -> float:
         """M (1 + N * replay_cost): the step's budget in trajectory-equivalents."""
         return self.budget.accounted()
+
+
+#: a runner setting's command-line flag, type and help; every CLI that builds a runner
+#: adds the ones it exposes with `add_runner_args` and reads them back with `runner_config`
+RUNNER_FLAGS: dict[str, tuple[str, type, str]] = {
+    "root_budget": ("--roots", int, "M: root rollouts per step"),
+    "replays_per_root": ("--replays", float, "N: replays per root"),
+    "m_max": ("--m-max", int, "most root rollouts per prompt"),
+    "replay_cost": ("--replay-cost", float, "cost of one replay in trajectory-equivalents"),
+    "max_batch": ("--max-batch", int, "most live episodes per policy call"),
+    "seed": ("--seed", int, "the run's seed"),
+    "prefix_share": ("--prefix-share", float, "prefix share of predictor batches"),
+    "policy_retries": ("--policy-retries", int, "times a failed policy call is re-sent"),
+    "expansion": ("--expansion", str, "when prefixes are expanded: per-prompt or global"),
+    "rollout_cost": ("--rollout-cost", str, "root-rollout cost: flat, turns or tokens"),
+}
+
+
+def add_runner_args(parser: argparse.ArgumentParser, **defaults: Any) -> None:
+    """Add the flag of each runner setting named in `defaults` (a `RUNNER_FLAGS` key), with
+    that default; the parsed value lands under the setting's own name (``args.root_budget``
+    for ``--roots``), where `runner_config` finds it."""
+    for name, default in defaults.items():
+        flag, kind, text = RUNNER_FLAGS[name]
+        shown = "" if default is None else f" (default {default})"
+        metavar = flag[2:].upper().replace("-", "_")  # --roots: ROOTS, as before the dest
+        parser.add_argument(
+            flag, dest=name, type=kind, default=default, metavar=metavar, help=text + shown
+        )
+
+
+def runner_config(args: argparse.Namespace | Any, **over: Any) -> RunnerConfig:
+    """The `RunnerConfig` of parsed command-line `args` (every setting they carry under its
+    own name), with `over` on top; a bad value is a `ConfigError` naming its flag."""
+    names = {f.name for f in fields(RunnerConfig)}
+    values = {k: v for k, v in vars(args).items() if k in names}
+    try:
+        return RunnerConfig(**{**values, **over})
+    except ConfigError as e:
+        name, _, rest = str(e).partition(" ")
+        if name not in RUNNER_FLAGS or name in over:
+            raise
+        raise ConfigError(f"{RUNNER_FLAGS[name][0]} {rest}") from None
 
 
 class StepResult(NamedTuple):

@@ -5,23 +5,31 @@ Every name (optimiser, allocator, predictor, aggregation, policy kind) is checke
 config file mirrors the dataclasses: top-level fields plus the tables ``[policy]``,
 ``[rollout]``, ``[algo]``, ``[optim]``, ``[logging]`` and ``[dist]`` (sharded training); an unknown key
 is an error.
+
+The step's own settings are the runner's: ``[rollout.runner]`` is a
+`trace_gym.runner.RunnerConfig` (every field but ``seed``, which is the run's), checked by
+the runner's rules alone. The six settings older configs write flat in ``[rollout]``
+(`FLAT_RUNNER_KEYS`) are still read there (docs/trainers.md).
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import types
 import typing
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
 from trace_gym.errors import ConfigError, unknown
 from trace_gym.optional import require
 from trace_gym.registration import check_env_id
+from trace_gym.runner import RunnerConfig
 
 __all__ = [
+    "FLAT_RUNNER_KEYS",
     "AlgoConfig",
     "DistConfig",
     "LoggingConfig",
@@ -30,6 +38,7 @@ __all__ = [
     "RolloutConfig",
     "TrainConfig",
     "load_config",
+    "runner_table",
 ]
 
 POLICY_KINDS = ("tiny", "hf", "vllm", "custom")
@@ -72,9 +81,16 @@ def _type_ok(value: Any, hint: Any) -> bool:
 
 def _check_types(obj: Any, where: str) -> None:
     """Refuse a field whose value has the wrong type (``steps = 2.5``, ``lr = nan``)."""
-    hints = typing.get_type_hints(type(obj))
-    for f in fields(obj):
-        value = getattr(obj, f.name)
+    _check_values(type(obj), {f.name: getattr(obj, f.name) for f in fields(obj)}, where)
+
+
+def _check_values(cls: type, values: dict[str, Any], where: str) -> None:
+    """`_check_types` on the would-be fields `values` of the dataclass `cls`."""
+    hints = typing.get_type_hints(cls)
+    for f in fields(cls):
+        if f.name not in values:
+            continue
+        value = values[f.name]
         if not _type_ok(value, hints[f.name]):
             hint = hints[f.name]
             name = f.name if where == "config" else f"{where}.{f.name}"
@@ -142,6 +158,92 @@ class PolicyConfig:
             )
 
 
+#: runner settings a ``[rollout]`` table may still write flat, as configs did before it
+#: embedded ``[rollout.runner]`` (read back as properties: ``cfg.rollout.root_budget``)
+FLAT_RUNNER_KEYS = (
+    "root_budget",
+    "replays_per_root",
+    "m_max",
+    "replay_cost",
+    "max_batch",
+    "rollout_cost",
+)
+#: M of a table that does not set it
+DEFAULT_ROOT_BUDGET = 16
+
+
+def runner_table(
+    value: Any, where: str = "rollout", flat: tuple[str, ...] = FLAT_RUNNER_KEYS
+) -> RunnerConfig:
+    """The `RunnerConfig` a ``runner`` table (a dict, or one already built) describes.
+
+    Its keys are the runner's fields, type-checked like any config value; ``root_budget``
+    defaults to 16. Every bound is the runner's own (`RunnerConfig.__post_init__`), its
+    message naming the key where it can be written: ``rollout.root_budget`` for one of
+    the `flat` keys, ``rollout.runner.expansion`` for the others.
+    """
+    if isinstance(value, RunnerConfig):
+        return value
+    if not isinstance(value, dict):
+        raise ConfigError(f"{where}.runner must be a table ([{where}.runner] in TOML)")
+    known = {f.name for f in fields(RunnerConfig)}
+    extra = sorted(set(value) - known)
+    if extra:
+        raise ConfigError(
+            f"unknown key(s) {extra} in [{where}.runner]; known keys: {', '.join(sorted(known))}"
+        )
+    for key in value:  # one at a time, so each message names its own table
+        _check_values(RunnerConfig, {key: value[key]}, where if key in flat else f"{where}.runner")
+    try:
+        return RunnerConfig(**{"root_budget": DEFAULT_ROOT_BUDGET, **value})
+    except ConfigError as e:
+        name = str(e).partition(" ")[0]
+        raise ConfigError(f"{where if name in flat else where + '.runner'}.{e}") from None
+
+
+def takes_flat_runner_keys(keys: tuple[str, ...], where: str) -> Any:
+    """Class decorator: the dataclass's ``runner`` (a `RunnerConfig`) also takes `keys` as
+    keyword arguments of its own, each read and set back as a property of the class."""
+
+    def merge(runner: Any, flat: dict[str, Any]) -> Any:
+        """The ``runner`` argument with the flat keys in (`runner_table` checks the result)."""
+        if not flat or not isinstance(runner, (dict, RunnerConfig, type(None))):
+            return {} if runner is None else runner
+        if isinstance(runner, RunnerConfig):  # flat keys override a built one
+            return {**asdict(runner), **flat}
+        twice = sorted(set(flat) & set(runner or {}))
+        if twice:
+            raise ConfigError(f"{where}: {twice} set both in [{where}] and in [{where}.runner]")
+        return {**(runner or {}), **flat}
+
+    def decorate(cls: type) -> type:
+        init = cls.__init__
+
+        @functools.wraps(init)
+        def __init__(self: Any, *args: Any, **kw: Any) -> None:
+            flat = {k: kw.pop(k) for k in keys if k in kw}
+            kw["runner"] = merge(kw.get("runner"), flat)
+            init(self, *args, **kw)
+
+        def alias(name: str) -> property:
+            def get(self: Any) -> Any:
+                return getattr(self.runner, name)
+
+            def put(self: Any, value: Any) -> None:
+                self.runner = replace(self.runner, **{name: value})
+
+            return property(get, put, doc=f"``runner.{name}`` (a flat key of [{where}])")
+
+        cls.__init__ = __init__  # type: ignore[misc]
+        cls.FLAT_KEYS = keys  # type: ignore[attr-defined]
+        for name in keys:
+            setattr(cls, name, alias(name))
+        return cls
+
+    return decorate
+
+
+@takes_flat_runner_keys(FLAT_RUNNER_KEYS, "rollout")
 @dataclass
 class RolloutConfig:
     """What the `BranchingRunner` collects each step."""
@@ -155,18 +257,17 @@ class RolloutConfig:
     #: ("" = none: every value 0.5)
     predictor: str = "empirical"
     predictor_kwargs: dict[str, Any] = field(default_factory=dict)
-    #: M: root rollouts per step
-    root_budget: int = 16
-    #: N: replays per root (continuation budget round(N * M)); ignored by flat allocators
-    replays_per_root: float = 2.0
+    #: the step's budget and scheduling, ``[rollout.runner]`` (`trace_gym.runner.RunnerConfig`:
+    #: root_budget M = 16 unless set, replays_per_root N, m_max, replay_cost, max_batch,
+    #: rollout_cost, expansion, policy_retries, reseed_replays, prefix_share,
+    #: raise_on_failures, update_predictor); its seed is the run's. N is ignored by flat
+    #: allocators; rollout_cost "turns" / "tokens" is for a multi-env mixture
+    #: (``env_id = "trace/Mixture-v0"``, docs/trainers.md)
+    runner: RunnerConfig = field(default_factory=lambda: runner_table({}))
     #: candidate prompts drawn (without replacement) from the task pool each step
     candidates_per_step: int = 16
-    m_max: int = 16
     #: group size of flat allocators (grpo, pcl, ...)
     group_size: int = 8
-    replay_cost: float = 0.5
-    #: most live episodes per policy call
-    max_batch: int | None = None
     #: restrict training to the first `train_tasks` task ids (None: all)
     train_tasks: int | None = None
     #: collect on Ray rollout workers: None (local runner), "local" or a cluster address
@@ -176,13 +277,11 @@ class RolloutConfig:
     #: generation-engine actors the workers call (with `ray_address`; 0: the policy on
     #: each worker). The trainer's weights reach them by version after every step.
     ray_engines: int = 0
-    #: root-rollout cost for the root solver: "flat", or per env "turns" / "tokens" (a
-    #: multi-env mixture, `env_id = "trace/Mixture-v0"`; see docs/trainers.md)
-    rollout_cost: str = "flat"
 
     def __post_init__(self) -> None:
         from trace_gym.alloc import ALLOCATORS
 
+        self.runner = runner_table(self.runner, "rollout")
         _check_types(self, "rollout")
         check_env_id(self.env_id)
         if self.allocator not in ALLOCATORS:
@@ -191,29 +290,24 @@ class RolloutConfig:
             from trace_gym.predict import predictor_entry_point
 
             predictor_entry_point(self.predictor)  # a registered name or "module:Class"
-        if self.root_budget < 2 or self.candidates_per_step < 1:
+        if self.candidates_per_step < 1:
             raise ConfigError(
-                "rollout.root_budget must be >= 2 and rollout.candidates_per_step >= 1"
+                f"rollout.candidates_per_step must be >= 1, got {self.candidates_per_step}"
             )
-        if self.replays_per_root < 0:
-            raise ConfigError(f"rollout.replays_per_root must be >= 0, got {self.replays_per_root}")
-        if self.m_max < 2 or self.group_size < 2:
+        if self.group_size < 2:
             raise ConfigError(
-                f"rollout.m_max and rollout.group_size must be >= 2 (a prompt's rollouts are "
-                f"compared with each other), got m_max={self.m_max}, group_size={self.group_size}"
+                f"rollout.group_size must be >= 2 (a prompt's rollouts are compared with "
+                f"each other), got {self.group_size}"
             )
-        if self.rollout_cost not in ("flat", "turns", "tokens"):
+        if self.ray_engines < 0 or self.ray_workers < 1:
             raise ConfigError(
-                f"rollout.rollout_cost must be flat, turns or tokens, got {self.rollout_cost!r}"
+                f"rollout.ray_engines must be >= 0 and rollout.ray_workers >= 1, got "
+                f"{self.ray_engines} and {self.ray_workers}"
             )
-        if self.ray_engines < 0:
-            raise ConfigError(f"rollout.ray_engines must be >= 0, got {self.ray_engines}")
-        if self.replay_cost <= 0 or self.ray_workers < 1:
-            raise ConfigError("rollout.replay_cost must be > 0 and rollout.ray_workers >= 1")
-        if (self.max_batch is not None and self.max_batch < 1) or (
-            self.train_tasks is not None and self.train_tasks < 1
-        ):
-            raise ConfigError("rollout.max_batch and rollout.train_tasks must be >= 1 (or unset)")
+        if self.train_tasks is not None and self.train_tasks < 1:
+            raise ConfigError(
+                f"rollout.train_tasks must be >= 1 (or unset), got {self.train_tasks}"
+            )
 
 
 @dataclass
@@ -394,6 +488,7 @@ class TrainConfig:
             if isinstance(value, dict):
                 setattr(self, name, _build(cls, value, name))
         _check_types(self, "config")
+        self._seed_runner()
         if (
             self.steps < 0
             or self.save_every < 0
@@ -404,8 +499,27 @@ class TrainConfig:
                 "steps, save_every and eval_every must be >= 0; keep_checkpoints >= 1"
             )
 
+    def _seed_runner(self) -> None:
+        """The runner draws from the run's seed: a ``[rollout.runner]`` seed may only repeat it."""
+        runner = self.rollout.runner
+        if runner.seed == self.seed:
+            return
+        if runner.seed != 0:  # 0 is RunnerConfig's default: not set
+            raise ConfigError(
+                f"rollout.runner.seed ({runner.seed}) differs from the run's seed ({self.seed}); "
+                "the runner uses the run's seed: set the top-level seed"
+            )
+        self.rollout.runner = replace(runner, seed=self.seed)
+
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """The config as plain data; `FLAT_RUNNER_KEYS` stay flat in ``rollout`` (the keys
+        provenance.json and checkpoints have always had), the other runner settings are
+        under ``rollout.runner``. `from_dict` reads it back."""
+        d = asdict(self)
+        runner = d["rollout"].pop("runner")
+        d["rollout"].update({k: runner.pop(k) for k in FLAT_RUNNER_KEYS})
+        d["rollout"]["runner"] = runner
+        return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> TrainConfig:
@@ -423,7 +537,7 @@ _SECTIONS = {
 
 
 def _build(cls: type, d: dict[str, Any], where: str) -> Any:
-    known = {f.name for f in fields(cls)}
+    known = {f.name for f in fields(cls)} | set(getattr(cls, "FLAT_KEYS", ()))
     extra = sorted(set(d) - known)
     if extra:
         raise ConfigError(
@@ -458,7 +572,21 @@ def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> Tr
                     f"cannot set {key!r}: {'.'.join(head[: i + 1])} is a value, not a table"
                 )
         node[last] = value
+        _override_runner_key(d, head, last)
     return TrainConfig.from_dict(d)
+
+
+def _override_runner_key(d: dict[str, Any], head: list[str], last: str) -> None:
+    """An override of a runner setting replaces it in whichever of its two homes the file
+    used (``rollout.runner.root_budget`` overrides a flat ``[rollout] root_budget``)."""
+    rollout = d.get("rollout")
+    if last not in FLAT_RUNNER_KEYS or not isinstance(rollout, dict):
+        return
+    runner = rollout.get("runner")
+    if head == ["rollout"] and isinstance(runner, dict):
+        runner.pop(last, None)
+    elif head == ["rollout", "runner"]:
+        rollout.pop(last, None)
 
 
 def _parse_config(path: Path, text: str) -> dict[str, Any]:

@@ -7,7 +7,8 @@ A checkpoint directory ``out_dir/checkpoints/step_NNNNNN`` holds
   names (FQNs), so a checkpoint written by W ranks loads on any other number of ranks
   (DCP reshards on load; tested 2 -> 1 and 2 -> 2);
 - ``state.pkl``: rank 0's step, RNG states, predictor ``state_dict()``, visit histories
-  and config (as in a single-process checkpoint);
+  and config (`trace_gym.trainers.checkpoint.training_state`, as in a single-process
+  checkpoint, plus the world size and the step's metrics row);
 - ``checksums.json``: the sha256 of every file above.
 
 Every rank writes its shards into ``.tmp-step_NNNNNN``; after a barrier rank 0 adds the
@@ -23,16 +24,24 @@ from __future__ import annotations
 
 import json
 import pickle
-import random
 import shutil
 import warnings
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-from trace_gym.trainers.loop import CHECKSUMS, publish_checkpoint, sha256_file
+from trace_gym.trainers.checkpoint import (
+    CHECKSUMS,
+    STATE_FILE,
+    checkpoint_dirs,
+    no_usable_checkpoint,
+    publish_checkpoint,
+    restore_training_state,
+    sha256_file,
+    training_state,
+    truncate_metrics,
+    warn_older,
+)
 
-from trace_gym.errors import ConfigError
 from trace_gym.optional import require
 
 torch = require("torch", "train")
@@ -40,7 +49,6 @@ torch = require("torch", "train")
 __all__ = ["DCP_DIR", "STATE_FILE", "load_sharded", "save_sharded"]
 
 DCP_DIR = "dcp"
-STATE_FILE = "state.pkl"
 
 
 def _barrier() -> None:
@@ -48,23 +56,10 @@ def _barrier() -> None:
 
 
 def _state(tr: Any) -> dict[str, Any]:
-    rng = {
-        "torch": torch.get_rng_state(),
-        "numpy": np.random.get_state(),
-        "python": random.getstate(),
-    }
-    if torch.cuda.is_available():
-        rng["cuda"] = torch.cuda.get_rng_state_all()
-    predictor = tr.runner.predictor
     return {
-        "step": tr.step,
-        "rng": rng,
-        "predictor": None if predictor is None else predictor.state_dict(),
-        "history": dict(tr.runner.history),
-        "config": tr.config.to_dict(),
+        **training_state(tr),
         "world_size": tr.dist.world_size,
         "metrics": getattr(tr, "last_metrics", None),
-        "rollout_costs": None if tr.runner.costs is None else dict(tr.runner.costs.mean),
     }
 
 
@@ -120,16 +115,11 @@ def check(path: Path) -> str | None:
 
 def _pick(tr: Any) -> tuple[Path | None, list[str]]:
     """Rank 0: the newest intact checkpoint and the problems with newer ones (warned about)."""
-    candidates, problems = tr._candidates()
+    candidates, problems = checkpoint_dirs(tr.ckpt_root)
     for path in candidates:
         why = check(path)
         if why is None:
-            if problems:
-                warnings.warn(
-                    f"resuming from the older checkpoint {path} ({len(problems)} problem(s) with newer ones)",
-                    RuntimeWarning,
-                    stacklevel=3,
-                )
+            warn_older(path, problems)
             return path, problems
         problems.append(f"{path.name}: {why}")
         warnings.warn(f"skipping checkpoint {path}: {why}", RuntimeWarning, stacklevel=3)
@@ -146,10 +136,7 @@ def load_sharded(tr: Any) -> bool:
     path, problems = box[0]
     if path is None:
         if problems:
-            raise ConfigError(
-                f"no usable checkpoint in {tr.ckpt_root} ({'; '.join(problems)}); "
-                "delete the directory to start over, or set resume = false"
-            )
+            raise no_usable_checkpoint(tr.ckpt_root, problems)
         return False
     model_sd, optim_sd = get_state_dict(tr.model, tr.optimizer)
     state = {"model": model_sd, "optim": optim_sd}
@@ -164,9 +151,9 @@ def load_sharded(tr: Any) -> bool:
 
 
 def _apply_state(tr: Any, path: Path, state: dict[str, Any]) -> None:
-    tr._restore_state(path, state)  # every rank (the predictor and histories matter on rank 0 only)
+    restore_training_state(tr, path, state)  # every rank (predictor, histories: rank 0's matter)
     if tr.dist.is_main:
-        tr._truncate_metrics()
+        truncate_metrics(tr.out, tr.step)
         _restore_row(tr, state.get("metrics"))
 
 

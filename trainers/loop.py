@@ -21,29 +21,17 @@ One step:
 6. metrics to JSONL + the configured loggers (TensorBoard, W&B, MLflow:
    `trace_gym.trainers.loggers`), periodic evaluation, an atomic checkpoint.
 
-Checkpoints (``out_dir/checkpoints/step_NNNNNN``) hold the trainable weights, the
-optimiser, the predictor's ``state_dict()``, the runner's visit histories, the RNG states
-and the step; resuming loads them into the parts the config builds.
-They are written into a temporary directory and moved into place with ``os.replace``;
-``latest`` is updated the same way, so a run killed at any moment resumes from the last
-complete step and replays the following steps with the same data. Each checkpoint
-carries the sha256 of its files (``checksums.json``); resuming skips, with a warning,
-one that is truncated or fails its checksum, or that ``latest`` names but is missing,
-and loads the newest valid one. A torn last row of ``metrics.jsonl`` is dropped.
+The parts a step runs are built from the config by `trace_gym.trainers.builders`
+(re-exported here); checkpoints (``out_dir/checkpoints/step_NNNNNN``: weights,
+optimiser, predictor, visit histories, RNG states, step; written atomically, verified on
+resume) are `trace_gym.trainers.checkpoint`'s, which the sharded trainer shares. This
+module is the `Trainer`: the step, the update, evaluation and logging.
 """
 
 from __future__ import annotations
 
-import copy
-import hashlib
 import json
-import logging
-import os
-import pickle
-import random
-import shutil
 import time
-import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -52,14 +40,20 @@ from typing import Any, NamedTuple
 import gymnasium as gym
 import numpy as np
 from trace_gym.trainers.advantages import compute_advantages
-from trace_gym.trainers.config import PolicyConfig, TrainConfig
+from trace_gym.trainers.builders import TrainerParts, build_parts, build_policy, load_trainer_model
+from trace_gym.trainers.builders import apply_lora as apply_lora  # re-exported: lived here
+from trace_gym.trainers.builders import trainable_model as trainable_model
+from trace_gym.trainers.checkpoint import CHECKPOINT_FILES as CHECKPOINT_FILES
+from trace_gym.trainers.checkpoint import CHECKSUMS as CHECKSUMS
+from trace_gym.trainers.checkpoint import load_checkpoint, save_checkpoint
+from trace_gym.trainers.checkpoint import publish_checkpoint as publish_checkpoint
+from trace_gym.trainers.config import TrainConfig
 from trace_gym.trainers.data import Sample, collate, sample_from_unit
 from trace_gym.trainers.loggers import check_backends, make_loggers, scalars
 from trace_gym.trainers.losses import LossOutput, entropy_from_logits, policy_loss, token_logprobs
 from trace_gym.trainers.sync import sync_weights
 
-from trace_gym.core import unwrap
-from trace_gym.errors import ConfigError, TraceGymError
+from trace_gym.budget import StepReport
 from trace_gym.mixture import flat_env_metrics, mixture_candidates, per_member
 from trace_gym.optional import require
 from trace_gym.provenance import write_provenance
@@ -69,211 +63,26 @@ from trace_gym.tree import RolloutTree, batch_metrics, save_trees
 torch = require("torch", "train")
 
 __all__ = [
+    "REPORT_METRICS",
     "Trainer",
     "TrainerParts",
-    "UpdateStats",
     "build_parts",
     "build_policy",
     "load_trainer_model",
-    "sha256_file",
+    "step_metrics",
 ]
-
-log = logging.getLogger(__name__)
 
 MIXTURE = "trace/Mixture-v0"
 
-
-def build_policy(cfg: PolicyConfig) -> Any:
-    """An `HFPolicy` for kind "tiny" (the locally built tiny model) or "hf" (a model path)."""
-    sampling = dict(
-        temperature=cfg.temperature,
-        top_p=cfg.top_p,
-        max_new_tokens=cfg.max_new_tokens,
-        max_context=cfg.max_context,
-        max_batch=cfg.gen_batch,
-    )
-    if cfg.kind == "tiny":
-        from trace_gym.agents.tiny import TinyConfig, load_tiny_policy
-
-        tiny = dict(cfg.tiny)
-        if "envs" in tiny:
-            tiny["envs"] = tuple(tiny["envs"])
-        return load_tiny_policy(TinyConfig(**tiny), **sampling)
-    if cfg.kind == "hf":
-        from trace_gym.agents.hf import HFPolicy
-
-        return HFPolicy.from_pretrained(cfg.path, device=cfg.device, dtype=cfg.dtype, **sampling)
-    if cfg.kind == "vllm":
-        from trace_gym.agents.hf import SamplingConfig
-        from trace_gym.agents.vllm_backend import VLLMPolicy
-
-        return VLLMPolicy(cfg.path, sampling=SamplingConfig(**sampling), **cfg.vllm)
-    raise ConfigError("policy.kind = 'custom' needs the policy object: Trainer(config, policy=...)")
-
-
-def load_trainer_model(cfg: PolicyConfig) -> Any:
-    """The trainable HF model at ``cfg.path`` (for generators that keep their own weights)."""
-    if not cfg.path:
-        raise ConfigError(
-            "the policy has no trainable module (policy.model); set policy.path to load one"
-        )
-    transformers = require("transformers", "train")
-    dtype = (
-        getattr(torch, cfg.dtype)
-        if cfg.dtype
-        else (torch.bfloat16 if cfg.device.startswith("cuda") else torch.float32)
-    )
-    return transformers.AutoModelForCausalLM.from_pretrained(cfg.path, dtype=dtype).to(cfg.device)
-
-
-def apply_lora(model: Any, cfg: PolicyConfig) -> Any:
-    """Wrap `model` with peft LoRA adapters (only they are trained)."""
-    peft = require("peft", "pip install peft")
-    lora = peft.LoraConfig(
-        r=cfg.lora_r,
-        lora_alpha=cfg.lora_alpha,
-        lora_dropout=cfg.lora_dropout,
-        target_modules=list(cfg.lora_targets),
-        task_type="CAUSAL_LM",
-    )
-    return peft.get_peft_model(model, lora)
-
-
-@dataclass
-class TrainerParts:
-    """Everything a `Trainer` runs, built from its config by `build_parts`."""
-
-    #: the generator (an in-process HF policy shares `model`; others are synced to it)
-    policy: Any
-    #: the trainable module (LoRA-wrapped when `policy.lora`)
-    model: Any
-    #: frozen copy for the KL term (None without KL, or with LoRA: the base is the reference)
-    ref_model: Any
-    optimizer: Any
-    #: how weights reach the generator (`trace_gym.trainers.sync.sync_weights`)
-    sync_mode: str
-    env_factory: Callable[[], gym.Env]
-    #: the training task pool (ids of the env's tasks)
-    task_ids: list[str]
-    allocator: Any
-    #: the BranchingRunner (local or Ray); it owns the predictor
-    runner: Any
-
-
-def trainable_model(cfg: PolicyConfig, policy: Any) -> Any:
-    """The module the optimiser updates: the policy's own (an in-process HF policy), or a
-    copy loaded from ``cfg.path``; LoRA-wrapped and gradient-checkpointed as configured."""
-    model = getattr(policy, "model", None)
-    if model is None:
-        model = load_trainer_model(cfg)
-    if cfg.lora:
-        shared = getattr(policy, "model", None) is model
-        model = apply_lora(model, cfg)
-        if shared:
-            policy.model = model
-    if cfg.gradient_checkpointing:
-        if hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5
-            model.activation_checkpointing_enable(
-                activation_checkpointing_kwargs={"use_reentrant": False}
-            )
-        else:
-            model.gradient_checkpointing_enable(
-                gradient_checkpointing_kwargs={"use_reentrant": False}
-            )
-        if cfg.lora:
-            model.enable_input_require_grads()
-    return model
-
-
-def _task_ids(env_factory: Callable[[], gym.Env], train_tasks: int | None) -> list[str]:
-    probe = env_factory()
-    ids = list(unwrap(probe).task_ids)
-    probe.close()
-    return per_member(ids, train_tasks)  # a mixture: the first train_tasks of each member
-
-
-def _engine_options(ro: Any, policy: Any) -> dict[str, Any]:
-    """Ray engine-pool options: HF weights travel by version through `sync.py`'s engine hooks."""
-    if not ro.ray_engines or ro.ray_address is None:
-        return {}
-    opts: dict[str, Any] = {
-        "num_engines": ro.ray_engines,
-        "engine_batching": "batch",
-        "engine_max_batch": ro.max_batch,
-    }
-    if hasattr(getattr(policy, "model", None), "peft_config"):
-        raise ConfigError(
-            "rollout.ray_engines does not support LoRA policies (the engines would get merged "
-            "weights in a LoRA copy); set policy.lora = false or rollout.ray_engines = 0"
-        )
-    if (
-        getattr(policy, "model", None) is not None
-    ):  # an in-process HF policy (vLLM: not from the trainer)
-        opts.update(
-            engine_export="trace_gym.trainers.sync:engine_weights",
-            engine_apply="trace_gym.trainers.sync:load_engine_weights",
-        )
-    return opts
-
-
-def build_parts(
-    cfg: TrainConfig,
-    *,
-    policy: Any = None,
-    env_factory: Callable[[], gym.Env] | None = None,
-    allocator: Any = None,
-    predictor: Any = None,
-) -> TrainerParts:
-    """Build the policy, trainable model, optimiser, env factory, allocator, predictor and runner.
-
-    Each of `policy`, `env_factory`, `allocator`, `predictor` overrides what the config would build.
-    """
-    from trace_gym.alloc import make_allocator
-    from trace_gym.distributed import make_runner
-    from trace_gym.predict import make_predictor
-    from trace_gym.runner import RunnerConfig
-
-    torch.manual_seed(cfg.seed)
-    policy = policy if policy is not None else build_policy(cfg.policy)
-    model = trainable_model(cfg.policy, policy)
-    sync_mode = sync_weights(policy, model)
-    ref_model = None
-    if cfg.algo.kl_coef > 0 and not cfg.policy.lora:
-        ref_model = copy.deepcopy(model).eval().requires_grad_(False)
-    params = [p for p in model.parameters() if p.requires_grad]
-    o = cfg.optim
-    optimizer = torch.optim.AdamW(params, lr=o.lr, weight_decay=o.weight_decay, betas=o.betas)
-
-    ro = cfg.rollout
-    env_factory = env_factory or (lambda: gym.make(ro.env_id, **ro.env_kwargs))
-    task_ids = _task_ids(env_factory, ro.train_tasks)
-    allocator = allocator or make_allocator(
-        ro.allocator, m_max=ro.m_max, group_size=ro.group_size, **ro.allocator_kwargs
-    )
-    if predictor is None and ro.predictor:
-        predictor = make_predictor(ro.predictor, **ro.predictor_kwargs)
-    rc = RunnerConfig(
-        root_budget=ro.root_budget,
-        replays_per_root=ro.replays_per_root,
-        m_max=ro.m_max,
-        replay_cost=ro.replay_cost,
-        max_batch=ro.max_batch,
-        seed=cfg.seed,
-        rollout_cost=ro.rollout_cost,
-    )
-    runner = make_runner(
-        policy,
-        env_factory,
-        allocator,
-        predictor,
-        rc,
-        ray_address=ro.ray_address,
-        num_workers=ro.ray_workers,
-        **_engine_options(ro, policy),
-    )
-    return TrainerParts(
-        policy, model, ref_model, optimizer, sync_mode, env_factory, task_ids, allocator, runner
-    )
+#: the `StepReport` fields a step's metrics row carries under their own names
+REPORT_METRICS = (
+    "roots",
+    "replays",
+    "accounted_cost",
+    "measured_turns",
+    "generated_tokens",
+    "failed_branches",
+)
 
 
 class OldLogprobs(NamedTuple):
@@ -339,6 +148,46 @@ class UpdateStats:
         res["logprob_mismatch"] = self.mismatch / self.mismatch_n if self.mismatch_n else 0.0
         res["trained_tokens"] = float(sum(s.num_trained for s in samples))
         return res
+
+
+_UpdateStats = UpdateStats  # the old private name
+
+
+def step_metrics(
+    trees: Sequence[RolloutTree],
+    report: StepReport,
+    counts: dict[str, float],
+    update: dict[str, float],
+    times: tuple[float, float],
+) -> dict[str, Any]:
+    """One step's metrics row: batch metrics of the trees, the report's counts and times
+    (`StepReport.to_dict`), the sample counts and update statistics, throughput.
+
+    `times` is (rollout, train) wall seconds; the keys are the ones docs/trainers.md lists.
+    """
+    t_roll, t_train = times
+    rep = report.to_dict()
+    bm = batch_metrics(trees)
+    return {
+        "step": rep["step"],
+        "reward": bm["success_rate"],
+        "effective_ratio": bm["effective_ratio"],
+        "mixed_groups": bm["mixed_groups"],
+        "mixed_anchors": bm["mixed_anchors"],
+        "contrastive_pairs": bm["contrastive_pairs"],
+        "prompts": bm["prompts"],
+        "leaves": bm["leaves"],
+        **{k: rep[k] for k in REPORT_METRICS},
+        **counts,
+        **update,
+        "gen_tokens_per_s": rep["generated_tokens"] / t_roll if t_roll > 0 else 0.0,
+        "train_tokens_per_s": update.get("trained_tokens", 0.0) / t_train if t_train > 0 else 0.0,
+        "time_rollout_s": t_roll,
+        "time_train_s": t_train,
+        **{f"time_rollout_{k}_s": v for k, v in rep["time_s"].items()},
+        **{f"predictor_{k}": v for k, v in rep["predictor_update"].items()},
+        **flat_env_metrics(trees),  # a mixture: effective ratio, success, tokens per env
+    }
 
 
 class Trainer:
@@ -562,33 +411,7 @@ class Trainer:
         upd = self.update(samples, step) if samples else {}
         self.sync_mode = self._sync()
         t_train = time.perf_counter() - t1
-        bm = batch_metrics(trees)
-        m: dict[str, Any] = {
-            "step": step,
-            "reward": bm["success_rate"],
-            "effective_ratio": bm["effective_ratio"],
-            "mixed_groups": bm["mixed_groups"],
-            "mixed_anchors": bm["mixed_anchors"],
-            "contrastive_pairs": bm["contrastive_pairs"],
-            "prompts": bm["prompts"],
-            "leaves": bm["leaves"],
-            "roots": rep.roots,
-            "replays": rep.replays,
-            "accounted_cost": rep.accounted_cost,
-            "measured_turns": rep.measured_turns,
-            "generated_tokens": rep.generated_tokens,
-            "failed_branches": rep.failed_branches,
-            **counts,
-            **upd,
-            "gen_tokens_per_s": rep.generated_tokens / t_roll if t_roll > 0 else 0.0,
-            "train_tokens_per_s": upd.get("trained_tokens", 0.0) / t_train if t_train > 0 else 0.0,
-            "time_rollout_s": t_roll,
-            "time_train_s": t_train,
-            **{f"time_rollout_{k}_s": v for k, v in rep.time_s.items()},
-            **{f"predictor_{k}": v for k, v in rep.predictor_update.items()},
-            **flat_env_metrics(trees),  # a mixture: effective ratio, success, tokens per env
-        }
-        return m
+        return step_metrics(trees, rep, counts, upd, (t_roll, t_train))
 
     def run(self) -> list[dict[str, Any]]:
         """Train from the latest checkpoint (or from scratch) to `config.steps`."""
@@ -667,207 +490,10 @@ class Trainer:
         return self.out / "checkpoints"
 
     def save(self) -> Path:
-        """Write a complete checkpoint for `self.step` atomically; prune old ones."""
-        root = self.ckpt_root
-        root.mkdir(parents=True, exist_ok=True)
-        final = root / f"step_{self.step:06d}"
-        tmp = root / f".tmp-{final.name}-{os.getpid()}"
-        if tmp.exists():
-            shutil.rmtree(tmp)
-        tmp.mkdir()
-        weights = {n: p.detach().cpu() for n, p in self.model.named_parameters() if p.requires_grad}
-        torch.save(
-            {"weights": weights, "optimizer": self.optimizer.state_dict()}, tmp / "trainer.pt"
-        )
-        rng = {
-            "torch": torch.get_rng_state(),
-            "numpy": np.random.get_state(),
-            "python": random.getstate(),
-        }
-        if torch.cuda.is_available():
-            rng["cuda"] = torch.cuda.get_rng_state_all()
-        predictor = self.runner.predictor
-        with open(tmp / "state.pkl", "wb") as f:
-            pickle.dump(
-                {
-                    "step": self.step,
-                    "rng": rng,
-                    "predictor": None if predictor is None else predictor.state_dict(),
-                    "history": dict(self.runner.history),
-                    "config": self.config.to_dict(),
-                    "rollout_costs": None
-                    if self.runner.costs is None
-                    else dict(self.runner.costs.mean),
-                },
-                f,
-            )
-        return publish_checkpoint(tmp, final, CHECKPOINT_FILES, self.config.keep_checkpoints)
-
-    def _candidates(self) -> tuple[list[Path], list[str]]:
-        """Checkpoint dirs to try, best first (the one `latest` names, then newest first), and
-        what was wrong with the pointer."""
-        root = self.ckpt_root
-        found = sorted((p for p in root.glob("step_*") if p.is_dir()), reverse=True)
-        pointer = root / "latest"
-        if not pointer.exists():
-            return found, []
-        named = root / pointer.read_text(errors="replace").strip()
-        if named.is_dir():
-            return [named] + [p for p in found if p != named], []
-        problem = f"checkpoint pointer {pointer} names {named.name!r}, which is missing"
-        warnings.warn(f"{problem}; looking for an older checkpoint", RuntimeWarning, stacklevel=3)
-        return found, [problem]
+        """Write a complete checkpoint for `self.step` atomically; prune old ones
+        (`trace_gym.trainers.checkpoint`)."""
+        return save_checkpoint(self)
 
     def load(self) -> bool:
-        """Restore the newest valid checkpoint, if any; True when one was loaded.
-
-        A checkpoint whose files are truncated or fail their checksum is skipped with a
-        warning (the previous one is intact: checkpoints are written whole, then moved).
-        """
-        candidates, problems = self._candidates()
-        for path in candidates:
-            try:
-                blob, state = _read_checkpoint(path)
-            except _BadCheckpoint as e:
-                problems.append(str(e))
-                warnings.warn(f"skipping checkpoint {path}: {e}", RuntimeWarning, stacklevel=2)
-                continue
-            if problems:
-                warnings.warn(
-                    f"resuming from the older checkpoint {path} ({len(problems)} problem(s) with newer ones)",
-                    RuntimeWarning,
-                    stacklevel=2,
-                )
-            self._apply_checkpoint(path, blob, state)
-            return True
-        if problems:
-            raise ConfigError(
-                f"no usable checkpoint in {self.ckpt_root} ({'; '.join(problems)}); "
-                "delete the directory to start over, or set resume = false"
-            )
-        return False
-
-    def _apply_checkpoint(self, path: Path, blob: dict[str, Any], state: dict[str, Any]) -> None:
-        missing = set(blob["weights"]) - {n for n, _ in self.model.named_parameters()}
-        if missing:
-            raise ConfigError(
-                f"checkpoint {path} does not match the model (unknown weights {sorted(missing)[:3]}...)"
-            )
-        with torch.no_grad():
-            params = dict(self.model.named_parameters())
-            for n, w in blob["weights"].items():
-                params[n].copy_(w)
-        self.optimizer.load_state_dict(blob["optimizer"])
-        self._restore_state(path, state)
-        self._truncate_metrics()
-        self._sync()
-        log.info("resumed from %s (next step %d)", path, self.step)
-
-    def _restore_state(self, path: Path, state: dict[str, Any]) -> None:
-        """The non-tensor part of a checkpoint: step, predictor, visit histories, RNG states."""
-        self.step = int(state["step"])
-        if state["predictor"] is not None:
-            if self.runner.predictor is None:
-                raise ConfigError(
-                    f"checkpoint {path} holds a predictor's state but this run has no predictor"
-                )
-            self.runner.predictor.load_state_dict(state["predictor"])
-        self.runner.history.clear()
-        self.runner.history.update(state["history"])
-        if (
-            self.runner.costs is not None and state.get("rollout_costs") is not None
-        ):  # a mixture's measured costs
-            self.runner.costs.mean = dict(state["rollout_costs"])
-        torch.set_rng_state(state["rng"]["torch"])
-        np.random.set_state(state["rng"]["numpy"])
-        random.setstate(state["rng"]["python"])
-        if "cuda" in state["rng"] and torch.cuda.is_available():
-            torch.cuda.set_rng_state_all(state["rng"]["cuda"])
-
-    def _truncate_metrics(self) -> None:
-        """Drop metric rows of steps after the checkpoint (they will be rerun) and torn lines."""
-        path = self.out / "metrics.jsonl"
-        if not path.exists():
-            return
-        rows, torn = [], 0
-        for line in path.read_text(errors="replace").splitlines():
-            if not line.strip():
-                continue
-            try:
-                step = json.loads(line)["step"]
-            except (json.JSONDecodeError, KeyError, TypeError):  # a kill while the row was written
-                torn += 1
-                continue
-            if step < self.step:
-                rows.append(line)
-        if torn:
-            warnings.warn(
-                f"{path}: dropped {torn} unreadable row(s) (a run killed while logging)",
-                RuntimeWarning,
-                stacklevel=3,
-            )
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text("".join(r + "\n" for r in rows))
-        os.replace(tmp, path)
-
-
-#: the files of a checkpoint dir, each with its sha256 in `CHECKSUMS`
-CHECKPOINT_FILES = ("trainer.pt", "state.pkl")
-CHECKSUMS = "checksums.json"
-
-
-class _BadCheckpoint(TraceGymError):
-    """A checkpoint dir that cannot be read (truncated, checksum mismatch, missing file)."""
-
-
-def sha256_file(path: Path) -> str:
-    """Hex SHA-256 of the file at `path`, read in 1 MiB chunks."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
-def publish_checkpoint(tmp: Path, final: Path, files: Sequence[str], keep: int) -> Path:
-    """Write the checksums of `files` in `tmp`, move `tmp` to `final`, point ``latest`` at it
-    (both with ``os.replace``) and keep the newest `keep` checkpoints."""
-    root = final.parent
-    sums = {name: sha256_file(tmp / name) for name in files}
-    (tmp / CHECKSUMS).write_text(json.dumps(sums, indent=1) + "\n")
-    if final.exists():
-        shutil.rmtree(final)
-    os.replace(tmp, final)
-    pointer = root / f".latest-{os.getpid()}"
-    pointer.write_text(final.name)
-    os.replace(pointer, root / "latest")
-    done = sorted(p for p in root.glob("step_*") if p.is_dir())
-    for old in done[:-keep]:
-        shutil.rmtree(old, ignore_errors=True)
-    return final
-
-
-def _read_checkpoint(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(trainer blob, state) of a checkpoint dir, verified; raises `_BadCheckpoint`."""
-    sums_path = path / CHECKSUMS
-    try:
-        sums = (
-            json.loads(sums_path.read_text()) if sums_path.exists() else {}
-        )  # older checkpoints have none
-        for name in CHECKPOINT_FILES:
-            if name in sums and sha256_file(path / name) != sums[name]:
-                raise _BadCheckpoint(f"{name} does not match its checksum (truncated or changed)")
-        blob = torch.load(path / "trainer.pt", map_location="cpu", weights_only=False)
-        with open(path / "state.pkl", "rb") as f:
-            state = pickle.load(f)
-        if (
-            not isinstance(blob, dict)
-            or not isinstance(state, dict)
-            or {"weights", "optimizer"} - set(blob)
-        ):
-            raise _BadCheckpoint("its files do not hold a trainer checkpoint")
-    except _BadCheckpoint:
-        raise
-    except Exception as e:  # noqa: BLE001 - any failure to read means: try the previous one
-        raise _BadCheckpoint(f"unreadable ({type(e).__name__}: {str(e)[:120]})") from e
-    return blob, state
+        """Restore the newest valid checkpoint, if any; True when one was loaded."""
+        return load_checkpoint(self)

@@ -75,11 +75,13 @@ from typing import Any
 
 import gymnasium as gym
 from trace_gym.trainers.advantages import ADVANTAGES, PROMPT_WEIGHTS, compute_advantages
+from trace_gym.trainers.config import FLAT_RUNNER_KEYS, runner_table, takes_flat_runner_keys
 from trace_gym.trainers.data import sample_from_unit
 
 from trace_gym.core import unwrap
 from trace_gym.errors import ConfigError, unknown
 from trace_gym.optional import require
+from trace_gym.runner import RunnerConfig
 from trace_gym.tree import RolloutTree, batch_metrics
 
 __all__ = [
@@ -100,18 +102,27 @@ log = logging.getLogger(__name__)
 ALLOCATION_FILE = "trace_allocation.jsonl"
 
 
+#: the runner settings `TRLRolloutConfig` takes as keyword arguments of its own
+TRL_FLAT_KEYS = (*FLAT_RUNNER_KEYS, "seed")
+
+
+@takes_flat_runner_keys(TRL_FLAT_KEYS, "TRLRolloutConfig")
 @dataclass
 class TRLRolloutConfig:
-    """What `TraceRollout` collects per TRL generation batch and how it scores it."""
+    """What `TraceRollout` collects per TRL generation batch and how it scores it.
 
-    #: M: root rollouts per generation batch, over its distinct prompts
-    root_budget: int = 16
-    #: N: replays per root (round(N * M) replays); 0 = root rollouts only
-    replays_per_root: float = 2.0
-    m_max: int = 16
-    replay_cost: float = 0.5
-    #: most live episodes per policy call (None: all)
-    max_batch: int | None = None
+    `runner` is the trainer's ``[rollout.runner]`` table (`trace_gym.trainers.config.
+    runner_table`, the runner's rules): M = ``root_budget`` root rollouts per generation
+    batch over its distinct prompts, N = ``replays_per_root`` (0: root rollouts only), and
+    every other runner setting. The flat keyword arguments ``root_budget``,
+    ``replays_per_root``, ``m_max``, ``replay_cost``, ``max_batch``, ``rollout_cost`` and
+    ``seed`` set the same fields (and read them back).
+    """
+
+    #: the runner's settings (`trace_gym.runner.RunnerConfig`; root_budget 16 unless set)
+    runner: RunnerConfig = field(
+        default_factory=lambda: runner_table({}, "TRLRolloutConfig", TRL_FLAT_KEYS)
+    )
     allocator: str = "trace"
     allocator_kwargs: dict[str, Any] = field(default_factory=dict)
     #: predictor name or "module:Class" ("" = none: every value 0.5)
@@ -126,11 +137,11 @@ class TRLRolloutConfig:
     skip_zero_advantage: bool = True
     #: longer units are dropped (and counted)
     max_seq_len: int = 8192
-    seed: int = 0
 
     def __post_init__(self) -> None:
         from trace_gym.alloc import ALLOCATORS
 
+        self.runner = runner_table(self.runner, "TRLRolloutConfig", TRL_FLAT_KEYS)
         if self.allocator not in ALLOCATORS:
             raise unknown("allocator", self.allocator, ALLOCATORS)
         if self.advantage not in ADVANTAGES:
@@ -141,19 +152,10 @@ class TRLRolloutConfig:
             )
         if self.max_seq_len < 2:
             raise ConfigError(f"max_seq_len must be >= 2, got {self.max_seq_len}")
-        self.runner_config()  # validates the budget fields
 
-    def runner_config(self) -> Any:
-        from trace_gym.runner import RunnerConfig
-
-        return RunnerConfig(
-            root_budget=self.root_budget,
-            replays_per_root=self.replays_per_root,
-            m_max=self.m_max,
-            replay_cost=self.replay_cost,
-            max_batch=self.max_batch,
-            seed=self.seed,
-        )
+    def runner_config(self) -> RunnerConfig:
+        """The runner's settings (`runner`)."""
+        return self.runner
 
 
 @dataclass

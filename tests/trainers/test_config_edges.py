@@ -35,7 +35,7 @@ def _check(capsys, config: Path, *sets: str) -> str:
         (b"steps = 2.5\n", "steps must be of type int"),
         (b"[optim]\nlr = nan\n", "optim.lr must be of type float"),
         (b"[rollout]\nenv_id = 'trace/Nope-v0'\n", "unknown env id 'trace/Nope-v0'"),
-        (b"[rollout]\nm_max = 0\n", "m_max and rollout.group_size must be >= 2"),
+        (b"[rollout]\nm_max = 0\n", "rollout.m_max must be >= 2"),
         (b"[rollout]\ngroup_size = 0\n", "group_size must be >= 2"),
         (b"[optim]\nbetas = [0.9]\n", "optim.betas must be of type tuple"),
         (b"[policy]\ngen_batch = true\n", "policy.gen_batch must be of type int"),

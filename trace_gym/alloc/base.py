@@ -21,6 +21,8 @@ from typing import ClassVar, Protocol, runtime_checkable
 
 import numpy as np
 
+from trace_gym.budget import DEFAULT_REPLAY_COST
+
 __all__ = ["Allocator", "Candidate", "PrefixCandidate", "VisitHistory"]
 
 
@@ -81,7 +83,7 @@ class PrefixCandidate:
     value: float
     #: cost of one replay from here, in trajectory-equivalents: the flat replay cost
     #: (0.5), or for a cost-aware allocator the share of turns a replay regenerates
-    cost: float = 0.5
+    cost: float = DEFAULT_REPLAY_COST
     #: exact success probability from this prefix (simulator only)
     true_value: float | None = None
     #: total turns of the rollout the prefix lies on

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 
 from trace_gym.alloc.base import PrefixCandidate
-from trace_gym.budget import remaining_turn_cost
+from trace_gym.budget import DEFAULT_REPLAY_COST, remaining_turn_cost
 from trace_gym.errors import AllocationError
 from trace_gym.tree import Node, RolloutTree
 
@@ -20,7 +20,7 @@ __all__ = ["prefix_candidates", "remaining_turn_cost"]
 
 def _cost_of(cost: Callable[[int, int], float] | float | None, depth: int, turns: int) -> float:
     if cost is None:
-        return 0.5
+        return DEFAULT_REPLAY_COST
     if callable(cost):
         return float(cost(depth, turns))
     return float(cost)
@@ -62,7 +62,7 @@ def prefix_candidates(
       function of the node, or None to read `node.value` (set by the runner after
       scoring). A prefix without a value raises `AllocationError`.
     - `cost`: cost of one replay, either a function (depth, rollout_turns) -> cost
-      (default `remaining_turn_cost`), a constant, or None for the protocol default 0.5.
+      (default `remaining_turn_cost`), a constant, or None for the protocol default (`DEFAULT_REPLAY_COST`).
 
     A node shared by several listed rollouts appears once (with the first rollout).
     `reward` is the rollout's success (1.0 or 0.0 at the tree's success threshold);

@@ -21,7 +21,7 @@ import numpy as np
 
 from trace_gym.alloc.base import Candidate, PrefixCandidate
 from trace_gym.alloc.solvers import VALUE_EPS, prefix_value, root_value, whole_number
-from trace_gym.budget import Budget
+from trace_gym.budget import DEFAULT_REPLAY_COST, Budget
 from trace_gym.errors import AllocationError
 from trace_gym.tree import RolloutTree
 
@@ -89,7 +89,9 @@ def expected_flips(prefixes: Sequence[PrefixCandidate], counts) -> ExpectedGain:
     )
 
 
-def accounted_cost(root_counts, replay_counts=(), replay_cost: float = 0.5) -> float:
+def accounted_cost(
+    root_counts, replay_counts=(), replay_cost: float = DEFAULT_REPLAY_COST
+) -> float:
     """Trajectory-equivalents: every root rollout costs 1, every replay `replay_cost`.
 
     `root_counts` and `replay_counts` are counts (arrays or ints); M roots with N

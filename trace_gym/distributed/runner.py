@@ -47,7 +47,7 @@ from typing import Any
 import gymnasium as gym
 
 from trace_gym.alloc.base import Allocator
-from trace_gym.budget import TIME_BUCKETS, Budget, StepReport, Stopwatch
+from trace_gym.budget import DEFAULT_REPLAY_COST, TIME_BUCKETS, Budget, StepReport, Stopwatch
 from trace_gym.distributed.engine import EnginePool, Latency
 from trace_gym.distributed.worker import RolloutWorker, ShardResult, WorkerPolicy, dumps, loads
 from trace_gym.errors import (
@@ -202,7 +202,7 @@ _DRIVER_FIELDS = frozenset(
 
 
 def shard_works(
-    works: Sequence[PromptWork], n: int, replay_cost: float = 0.5
+    works: Sequence[PromptWork], n: int, replay_cost: float = DEFAULT_REPLAY_COST
 ) -> list[list[PromptWork]]:
     """Split prompts over `n` workers, balancing accounted cost (deterministic).
 
