@@ -11,6 +11,11 @@ That flat half is an average, so a `StepReport` also carries the *measured* work
 (turns and tokens actually generated) and the wall time split by who spent it
 (policy / env / predictor / allocator / bookkeeping).
 
+A report changes only through its named updates (``note_plan``, ``count_*``,
+``leave_unspent``, ``add_event``, ``close``): the runner records the plan and closes
+the report, the planner's decisions are charged by `trace_gym.step.PromptWork.take_replays`,
+and the scheduler counts calls, turns, env steps and failures.
+
 `Event`s form a logical clock: ``round`` counts policy calls, so a test (or a reader)
 can see that one prompt's expansion started while other prompts were still rolling out.
 """

@@ -9,8 +9,15 @@ state at every turn boundary can be captured with `checkpoint()` and put back wi
     rewards, flags and info it would have yielded when ``c`` was taken.
 
 Subclasses implement five small hooks (see `TraceEnv`); the base class owns the turn
-counter, the turn limit (truncation), the env's own RNG and the checkpoint envelope,
-so no state lives in wrappers.
+counter, the turn limit (truncation), the env's own RNG (replaced only by `restore` and
+`reseed`) and the checkpoint envelope - a versioned `Checkpoint` whose payload is an
+`EnvSnapshot`, refused by `restore` with a `CheckpointError` when it is foreign (another
+env id, class or task set) or stale (another `CHECKPOINT_VERSION`) - so no state lives
+in wrappers.
+
+A few methods with plain defaults are what the runner's env pool asks an env
+(``set_step``, ``has_true_value``, ``task_env_id``, ``policy_task_id``,
+``rollout_cost_priors``); the simulator and the mixture override them (docs/runner.md).
 """
 
 from __future__ import annotations

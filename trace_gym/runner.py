@@ -23,8 +23,14 @@ it closes). So the same inputs give the same trees for any ``max_batch``.
 One step reads top-down, with no call back up: runner -> `trace_gym.plan` (stages 1-2
 and 4: what gets budget) -> `trace_gym.alloc` (the allocator) -> `trace_gym.scheduling`
 (stage 3: execution, handed a `StepContext`; it calls ``plan.expand`` through its
-``on_roots_done`` hook) -> env. The step's `Budget` is the runner's; every count and cost
-in the report comes from it.
+``on_roots_done`` hook) -> env; the records they pass are `trace_gym.step`'s. The step's
+`Budget` is the runner's; every count and cost in the report comes from it.
+
+What the runner owns and changes: its env pool, the visit histories, the prompt cache,
+the measured rollout costs and the predictor's update (all kept across steps, in
+`state_dict`); per step it builds the `StepContext` and the report, records the plan the
+planner returns (the report's plan figures, each prompt's replay share, the skipped
+candidates on the first tree for the viewer) and closes the report.
 
 Failures are data: a policy error (an exception, or ``PolicyOutput.error``) or an env
 exception ends that branch on a new leaf whose `Failure` record says where and what
@@ -285,7 +291,7 @@ class BranchingRunner:
             self.costs.load_state_dict(state["rollout_costs"])
 
     def context(self, step: int, report: StepReport, stopwatch: Stopwatch) -> StepContext:
-        """What one step's planning and execution read (`trace_gym.scheduling.StepContext`)."""
+        """What one step's planning and execution read (`trace_gym.step.StepContext`)."""
         ctx = step_context(
             self.config,
             step,
