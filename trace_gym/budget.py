@@ -11,7 +11,7 @@ That flat half is an average, so a `StepReport` also carries the *measured* work
 (turns and tokens actually generated) and the wall time split by who spent it
 (policy / env / predictor / allocator / bookkeeping).
 
-A report changes only through its named updates (``note_plan``, ``count_*``,
+In a local step a report changes only through its named updates (``note_plan``, ``count_*``,
 ``leave_unspent``, ``add_event``, ``close``): the runner records the plan and closes
 the report, the planner's decisions are charged by `trace_gym.step.PromptWork.take_replays`,
 and the scheduler counts calls, turns, env steps and failures.

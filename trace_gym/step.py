@@ -11,7 +11,9 @@ the episodes and the records fill in. Who writes what:
 - a `PromptWork` owns its prompt's tree; only its methods write the tree
   (`insert` the finished episodes' turns, `take_replays` the planner's `ReplayPlan`);
 - the step's `StepReport` (`trace_gym.budget`) changes only through its named update
-  methods (``count_*``, ``note_plan``, ``close``);
+  methods (``count_*``, ``note_plan``, ``close``) in the runner, the planner's records
+  and the scheduler (the Ray driver's merge of worker reports and the verl adapter,
+  which replaces the scheduler, still write fields themselves);
 - `EnvPool` holds the env instances and is the one place the step asks an env what it
   is: its id, whether it knows exact values (``has_true_value``), which member env a
   task belongs to and what id the policy sees (a mixture's, `trace_gym.mixture`), its
