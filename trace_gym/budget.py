@@ -11,6 +11,11 @@ That flat half is an average, so a `StepReport` also carries the *measured* work
 (turns and tokens actually generated) and the wall time split by who spent it
 (policy / env / predictor / allocator / bookkeeping).
 
+In a local step a report changes only through its named updates (``note_plan``, ``count_*``,
+``leave_unspent``, ``add_event``, ``close``): the runner records the plan and closes
+the report, the planner's decisions are charged by `trace_gym.step.PromptWork.take_replays`,
+and the scheduler counts calls, turns, env steps and failures.
+
 `Event`s form a logical clock: ``round`` counts policy calls, so a test (or a reader)
 can see that one prompt's expansion started while other prompts were still rolling out.
 """
@@ -204,10 +209,73 @@ class StepReport:
         """Each bucket's share of the step's wall time."""
         return {k: (v / self.wall_s if self.wall_s > 0 else 0.0) for k, v in self.time_s.items()}
 
+    # the named updates: every write to a report during a step goes through one of these
+    def note_plan(self, selected: int, roots: int, replay_budget: int) -> None:
+        """The step's plan: prompts selected, root rollouts placed, the replay budget."""
+        self.selected, self.roots, self.replay_budget = selected, roots, replay_budget
+
     def count_replay(self, depth: int, cost: float) -> None:
+        """One replay planned from a prefix at `depth`, charged `cost`."""
         self.replays += 1
         self.replay_charge += cost
         self.replays_by_depth[depth] = self.replays_by_depth.get(depth, 0) + 1
+
+    def leave_unspent(self, replays: int) -> None:
+        """Continuation budget a prompt could not place (no replayable prefix)."""
+        self.replays_unspent += replays
+
+    def count_call(self, batch: int) -> None:
+        """One policy call (or engine submission) over `batch` conversations."""
+        self.policy_calls += 1
+        self.largest_batch = max(self.largest_batch, batch)
+
+    def count_retry(self, conversations: int = 1) -> None:
+        """Conversations re-sent after their policy call raised."""
+        self.retried_turns += conversations
+
+    def count_turn(self, output: Any | None = None) -> None:
+        """One assistant turn settled (a `PolicyOutput`'s tokens, or None for a failed call)."""
+        self.measured_turns += 1
+        if output is not None:
+            self.generated_tokens += len(output.token_ids or ())
+            self.context_tokens += len(output.context_token_ids or ())
+
+    def count_env_step(self) -> None:
+        self.env_steps += 1
+
+    def count_overflow(self) -> None:
+        """A turn that would have overflowed the policy's context."""
+        self.overflows += 1
+
+    def count_error(self, *, policy: bool = False, env: bool = False) -> None:
+        """A branch ended by a policy or an env error."""
+        self.policy_errors += int(policy)
+        self.env_errors += int(env)
+
+    def count_failed(self, branches: int) -> None:
+        """Branches inserted into their tree on a failed leaf."""
+        self.failed_branches += branches
+
+    def add_event(self, round: int, kind: str, prompt_id: str) -> None:
+        """One scheduling `Event` (`EVENT_KINDS`) at logical time `round`."""
+        self.events.append(Event(round, kind, prompt_id))
+
+    def note_predictor_update(self, metrics: dict[str, float]) -> None:
+        self.predictor_update = dict(metrics)
+
+    def close(
+        self,
+        stopwatch: Stopwatch,
+        *,
+        accounted_cost: float | None = None,
+        env_instances: int | None = None,
+    ) -> None:
+        """End of the step (or a worker's shard): wall time and its split, and the totals."""
+        if accounted_cost is not None:
+            self.accounted_cost = accounted_cost
+        if env_instances is not None:
+            self.env_instances = env_instances
+        self.wall_s, self.time_s = stopwatch.finish()
 
     def event_rounds(self, kind: str) -> dict[str, int]:
         """prompt id -> round of its `kind` event."""

@@ -9,8 +9,15 @@ state at every turn boundary can be captured with `checkpoint()` and put back wi
     rewards, flags and info it would have yielded when ``c`` was taken.
 
 Subclasses implement five small hooks (see `TraceEnv`); the base class owns the turn
-counter, the turn limit (truncation), the env's own RNG and the checkpoint envelope,
-so no state lives in wrappers.
+counter, the turn limit (truncation), the env's own RNG (replaced only by `restore` and
+`reseed`) and the checkpoint envelope - a versioned `Checkpoint` whose payload is an
+`EnvSnapshot`, refused by `restore` with a `CheckpointError` when it is foreign (another
+env id, class or task set) or stale (another `CHECKPOINT_VERSION`) - so no state lives
+in wrappers.
+
+A few methods with plain defaults are what the runner's env pool asks an env
+(``set_step``, ``has_true_value``, ``task_env_id``, ``policy_task_id``,
+``rollout_cost_priors``); the simulator and the mixture override them (docs/runner.md).
 """
 
 from __future__ import annotations
@@ -18,7 +25,7 @@ from __future__ import annotations
 import copy
 import pickle
 import string
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, NamedTuple
 
@@ -34,7 +41,17 @@ from trace_gym.errors import (
     TaskNotFound,
 )
 
-__all__ = ["Checkpoint", "FreeText", "TraceEnv", "Transition", "checkpoint", "restore", "unwrap"]
+__all__ = [
+    "CHECKPOINT_VERSION",
+    "Checkpoint",
+    "EnvSnapshot",
+    "FreeText",
+    "TraceEnv",
+    "Transition",
+    "checkpoint",
+    "restore",
+    "unwrap",
+]
 
 
 class FreeText(gym.spaces.Space[str]):
@@ -75,14 +92,46 @@ class FreeText(gym.spaces.Space[str]):
         return list(sample_n)
 
 
+#: the checkpoint format `TraceEnv.restore` reads; one from another version is stale
+CHECKPOINT_VERSION = 2
+
+
+@dataclass(frozen=True)
+class EnvSnapshot:
+    """What the base class captures besides the turn and the task: the typed payload.
+
+    `state` is the subclass's own (``_get_state``); the rest is the base class's.
+    Reading it like the version-1 dict (``payload["state"]``) still works.
+    """
+
+    #: the env RNG's bit-generator state (``np_random.bit_generator.state``)
+    rng: dict[str, Any]
+    done: bool
+    max_turns: int
+    transcript: tuple[str, ...]
+    #: the subclass's state: plain, picklable data (``_get_state()``)
+    state: Any
+
+    def __getitem__(self, key: str) -> Any:
+        if key not in _SNAPSHOT_KEYS:
+            raise KeyError(key)
+        return getattr(self, key)
+
+
+_SNAPSHOT_KEYS = frozenset(("rng", "done", "max_turns", "transcript", "state"))
+
+
 @dataclass(frozen=True)
 class Checkpoint:
-    """An immutable, picklable snapshot of a `TraceEnv` at a turn boundary.
+    """An immutable, picklable snapshot of a `TraceEnv` at a turn boundary (versioned).
 
-    `payload` is the env's own state (plain data, never aliased with live objects).
-    `local` is an optional process-local fast handle (e.g. a forked interpreter); it is
-    dropped when the checkpoint is pickled, so a checkpoint that crossed a process
-    boundary restores through the portable payload.
+    `payload` is the env's state (an `EnvSnapshot` for the base class: plain data, never
+    aliased with live objects). `env_class` names the class that took it and `version`
+    the format (`CHECKPOINT_VERSION`); `restore` refuses a checkpoint of another env id,
+    env class, task set or version with a `CheckpointError`. `local` is an optional
+    process-local fast handle (e.g. a forked interpreter); it is dropped when the
+    checkpoint is pickled, so a checkpoint that crossed a process boundary restores
+    through the portable payload.
     """
 
     env_id: str
@@ -91,13 +140,44 @@ class Checkpoint:
     turn: int
     payload: Any
     local: Any = field(default=None, compare=False, repr=False)
+    #: ``module.qualname`` of the env class that took it
+    env_class: str = ""
+    #: checkpoint format version (`CHECKPOINT_VERSION` when taken by this release)
+    version: int = CHECKPOINT_VERSION
 
     def __reduce__(self):
-        return (Checkpoint, (self.env_id, self.task_set, self.task_id, self.turn, self.payload))
+        return (_rebuild, self._portable())
+
+    def _portable(self) -> tuple[Any, ...]:
+        return (self.env_id, self.task_set, self.task_id, self.turn, self.payload) + (
+            self.env_class,
+            self.version,
+        )
 
     def without_local(self) -> Checkpoint:
         """The portable part only (what a pickled copy carries)."""
-        return Checkpoint(self.env_id, self.task_set, self.task_id, self.turn, self.payload)
+        return _rebuild(*self._portable())
+
+
+def _rebuild(
+    env_id: str,
+    task_set: str,
+    task_id: str,
+    turn: int,
+    payload: Any,
+    env_class: str = "",
+    version: int = 1,
+) -> Checkpoint:
+    """Unpickle a `Checkpoint` (one pickled without a version is format 1: stale)."""
+    return Checkpoint(
+        env_id, task_set, task_id, turn, payload, env_class=env_class, version=version
+    )
+
+
+def class_name(obj: Any) -> str:
+    """``module.qualname`` of `obj`'s class: what `Checkpoint.env_class` records."""
+    cls = type(obj)
+    return f"{cls.__module__}.{cls.__qualname__}"
 
 
 class Transition(NamedTuple):
@@ -302,24 +382,43 @@ class TraceEnv(gym.Env[str, str]):
         """Capture everything that determines the future of this episode."""
         if self._task_index is None:
             raise CheckpointError(f"{self.id}: nothing to checkpoint; call env.reset() first")
-        envelope = {
-            "rng": copy.deepcopy(self.np_random.bit_generator.state),
-            "done": self._done,
-            "max_turns": self.max_turns,
-            "transcript": tuple(self._transcript),
-            "state": self._get_state(),
-        }
+        snapshot = EnvSnapshot(
+            rng=copy.deepcopy(self.np_random.bit_generator.state),
+            done=self._done,
+            max_turns=self.max_turns,
+            transcript=tuple(self._transcript),
+            state=self._get_state(),
+        )
         return Checkpoint(
             env_id=self.id,
             task_set=self.task_set,
             task_id=self.task_ids[self._task_index],
             turn=self._turn,
-            payload=envelope,
+            payload=snapshot,
             local=self._local_handle(),
+            env_class=class_name(self),
         )
 
     def restore(self, checkpoint: Checkpoint) -> None:
-        """Put the env back exactly where `checkpoint` was taken (works on a fresh instance)."""
+        """Put the env back exactly where `checkpoint` was taken (works on a fresh instance).
+
+        Raises `CheckpointError` for a checkpoint this env cannot take: not a `Checkpoint`,
+        foreign (another env id, env class or task set, a task it does not have) or
+        stale (another `CHECKPOINT_VERSION`).
+        """
+        index = self._check_restorable(checkpoint)
+        snapshot: EnvSnapshot = checkpoint.payload
+        self._task_index = index
+        self._turn = checkpoint.turn
+        self._done = snapshot.done
+        self.max_turns = snapshot.max_turns
+        self._transcript = list(snapshot.transcript)
+        self._load_rng(snapshot.rng)
+        if checkpoint.local is None or not self._restore_local(checkpoint.local, snapshot.state):
+            self._set_state(snapshot.state)
+
+    def _check_restorable(self, checkpoint: Any) -> int:
+        """The index of `checkpoint`'s task, or the `CheckpointError` saying why not."""
         if not isinstance(checkpoint, Checkpoint):
             raise CheckpointError(
                 f"{self.id}: restore() takes a Checkpoint from env.checkpoint(), got "
@@ -330,29 +429,69 @@ class TraceEnv(gym.Env[str, str]):
                 f"checkpoint was taken from {checkpoint.env_id!r} and cannot be restored into "
                 f"{self.id!r}; restore it into an env made with gym.make({checkpoint.env_id!r})"
             )
+        if checkpoint.version != CHECKPOINT_VERSION or not isinstance(
+            checkpoint.payload, EnvSnapshot
+        ):
+            raise CheckpointError(
+                f"stale checkpoint: format version {checkpoint.version} (payload "
+                f"{type(checkpoint.payload).__name__}), but this trace-gym restores version "
+                f"{CHECKPOINT_VERSION}; take a new checkpoint with this release"
+            )
+        if checkpoint.env_class != class_name(self):
+            raise CheckpointError(
+                f"checkpoint was taken by env class {checkpoint.env_class or '(unknown)'!r} and "
+                f"cannot be restored into a {class_name(self)!r}; restore it into the same class"
+            )
         if checkpoint.task_set != self.task_set:
             raise CheckpointError(
                 f"checkpoint belongs to task set {checkpoint.task_set!r} but this {self.id} env "
                 f"serves {self.task_set!r}; make the env with the same dataset/split arguments"
             )
         try:
-            index = self.resolve_task(checkpoint.task_id)
+            return self.resolve_task(checkpoint.task_id)
         except TaskNotFound as e:
             raise CheckpointError(
                 f"checkpoint task {checkpoint.task_id!r} is not in this env"
             ) from e
-        envelope = checkpoint.payload
-        self._task_index = index
-        self._turn = checkpoint.turn
-        self._done = envelope["done"]
-        self.max_turns = envelope["max_turns"]
-        self._transcript = list(envelope["transcript"])
+
+    def reseed(self, seed: int) -> None:
+        """Give the env a fresh RNG (PCG64) from `seed`, keeping everything else.
+
+        What a replay does after restoring, so sibling replays from one prefix are
+        independent draws rather than repeats of the restored randomness.
+        """
+        self.np_random = np.random.Generator(np.random.PCG64(int(seed)))
+
+    def _load_rng(self, state: dict[str, Any]) -> None:
+        """Put the RNG back to a saved bit-generator state (a checkpoint's)."""
         # gymnasium creates np_random lazily; make sure one exists before loading state
         rng = np.random.Generator(np.random.PCG64())
-        rng.bit_generator.state = copy.deepcopy(envelope["rng"])
+        rng.bit_generator.state = copy.deepcopy(state)
         self._np_random = rng
-        if checkpoint.local is None or not self._restore_local(checkpoint.local, envelope["state"]):
-            self._set_state(envelope["state"])
+
+    # ----------------------------------------------------------------- step protocol
+    # what the runner's env pool asks an env (`trace_gym.step.EnvPool`); the simulator
+    # and the mixture override these, so no layer of the step names them
+    def set_step(self, step: int) -> None:
+        """Hear the training step (no-op; the simulator's skill drifts with it)."""
+
+    @property
+    def has_true_value(self) -> bool:
+        """Whether the env offers ``true_value()``, its exact success probability (simulator)."""
+        return callable(getattr(self, "true_value", None))
+
+    def task_env_id(self, reset_info: Mapping[str, Any]) -> str:
+        """The env a task belongs to, from its reset info: this env (a mixture: its member)."""
+        return self.id
+
+    def policy_task_id(self, task_id: str, reset_info: Mapping[str, Any]) -> str:
+        """The task id a policy is shown for `task_id` (a mixture: the member's own id)."""
+        return str(task_id)
+
+    @property
+    def rollout_cost_priors(self) -> Mapping[str, float] | None:
+        """Env id -> prior cost of one root rollout, for ``rollout_cost`` (a mixture's)."""
+        return None
 
     def render(self) -> str | None:
         if self.render_mode == "ansi":

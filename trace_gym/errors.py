@@ -40,7 +40,7 @@ class TaskNotFound(TraceGymError, KeyError):
 
 
 class CheckpointError(TraceGymError):
-    """A checkpoint cannot be restored into this env (other env id, task set, or stale)."""
+    """A checkpoint cannot be restored into this env: foreign (other env id, class or task set) or stale."""
 
 
 class CheckpointContractError(TraceGymError, AssertionError):

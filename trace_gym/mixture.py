@@ -29,13 +29,14 @@ import gymnasium as gym
 import numpy as np
 
 from trace_gym.core import Checkpoint, FreeText, TraceEnv, unwrap
-from trace_gym.errors import ConfigError, TaskNotFound
+from trace_gym.errors import CheckpointError, ConfigError, TaskNotFound
 from trace_gym.tree import RolloutTree, batch_metrics
 
 __all__ = [
     "MEMBER_KEY",
     "SEP",
     "MixtureEnv",
+    "env_id_of",
     "RolloutCosts",
     "member_of",
     "member_task_id",
@@ -54,6 +55,14 @@ ROLLOUT_COSTS = ("flat", "turns", "tokens")
 def member_task_id(task_id: str, reset_info: Mapping[str, Any]) -> str:
     """The id a policy sees: a mixture task's member-local id, any other task's own."""
     return str(task_id).partition(SEP)[2] if MEMBER_KEY in reset_info else str(task_id)
+
+
+def env_id_of(described: Any, default: str) -> str:
+    """The env a described task belongs to (its ``reset_info``): its member, else `default`.
+
+    The runner asks the env instead (`trace_gym.core.TraceEnv.task_env_id`).
+    """
+    return str(described.reset_info.get(MEMBER_KEY) or default)
 
 
 def member_of(task_id: str) -> str:
@@ -148,10 +157,24 @@ class MixtureEnv(TraceEnv):
     def np_random(self) -> np.random.Generator:
         return self.active.np_random
 
-    @np_random.setter
-    def np_random(self, value: np.random.Generator) -> None:
+    def reseed(self, seed: int) -> None:
+        """Reseed the active member's RNG (what a replay does after restoring)."""
         if self._active is not None:
-            self.active.np_random = value
+            self.active.reseed(seed)
+
+    # the step protocol (`trace_gym.core.TraceEnv`): every task belongs to a member
+    def task_env_id(self, reset_info: Mapping[str, Any]) -> str:
+        """The member env a task belongs to (`MEMBER_KEY` in its reset info)."""
+        return str(reset_info.get(MEMBER_KEY) or self.id)
+
+    def policy_task_id(self, task_id: str, reset_info: Mapping[str, Any]) -> str:
+        """The member's own task id (the part after `SEP`)."""
+        return member_task_id(task_id, reset_info)
+
+    @property
+    def rollout_cost_priors(self) -> Mapping[str, float]:
+        """The mixture's ``costs``: member env id -> prior cost of one rollout."""
+        return self.costs
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         gym.Env.reset(self, seed=seed)  # the mixture's own rng picks a task when none is given
@@ -177,6 +200,13 @@ class MixtureEnv(TraceEnv):
         return self.active.checkpoint()
 
     def restore(self, checkpoint: Checkpoint) -> None:
+        """Restore into the member that took `checkpoint` (which validates it)."""
+        if not isinstance(checkpoint, Checkpoint) or checkpoint.env_id not in self.members:
+            got = getattr(checkpoint, "env_id", type(checkpoint).__name__)
+            raise CheckpointError(
+                f"{self.id}: restore() takes a Checkpoint of one of its members "
+                f"{sorted(self.members)}, got one of {got!r}"
+            )
         self.member(checkpoint.env_id)
         self._active = checkpoint.env_id
         self.active.restore(checkpoint)
@@ -186,10 +216,9 @@ class MixtureEnv(TraceEnv):
             unwrap(self._envs[checkpoint.env_id]).release(checkpoint)
 
     def set_step(self, step: int) -> None:
+        """Tell every member made so far the training step."""
         for env in self._envs.values():
-            fn = getattr(env.unwrapped, "set_step", None)
-            if callable(fn):
-                fn(step)
+            unwrap(env).set_step(step)
 
     def close(self) -> None:
         for env in self._envs.values():
@@ -291,6 +320,12 @@ class RolloutCosts:
 
     def state_dict(self) -> dict[str, Any]:
         return {"kind": self.kind, "mean": dict(self.mean)}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Continue from a `state_dict` of the same kind of cost."""
+        if state["kind"] != self.kind:
+            raise ConfigError(f"rollout costs of kind {state['kind']!r}, not {self.kind!r}")
+        self.mean = {str(k): float(v) for k, v in state["mean"].items()}
 
 
 def _chain(tree: RolloutTree, node_id: int) -> list[int]:

@@ -1,11 +1,24 @@
 """Stages 1-2 and 4 of a runner step: what gets budget, pure of execution.
 
-- `plan_roots`: score the candidate prompts, allocate the root rollouts, and return
-  one `PromptWork` (a fresh tree and its root `Episode`s) per selected prompt;
-- `split_replays`: share the step's continuation budget over the selected prompts in
+The planner runs no env and no policy. Its functions read the step (`StepContext`, the
+trees of finished roots) and *return* their decisions; they change no record they did
+not build:
+
+- `allocate_roots`: score the candidate prompts and allocate the root rollouts (a
+  `RootAllocation`); `root_works` builds one fresh `PromptWork` per selected prompt (a
+  new tree with the root's value and allocation info, and its root `Episode`s);
+  `plan_roots` is the two in one;
+- `replay_shares`: share the step's continuation budget over the selected prompts in
   proportion to their root counts (largest remainder, sums exactly);
-- `expand`: the scheduler's ``on_roots_done`` hook - score one prompt's prefixes,
-  allocate its replays and return them as `Episode`s to queue.
+- `plan_replays`: score one prompt's prefixes and allocate its replays (a `ReplayPlan`:
+  prefix values, the replay `Episode`s, each replay's charge).
+
+Two functions apply a decision, each through the records' own methods: `expand` (the
+scheduler's ``on_roots_done`` hook) is `plan_replays` then `PromptWork.take_replays`,
+which writes the prefix values into the tree and the charges into the step's report;
+`split_replays` writes each work's ``replay_budget``. The runner (`trace_gym.runner`)
+does the rest: it records the plan in the report and the skipped candidates (for the
+viewer) on the step's first tree.
 
 Every allocator answer is checked here: counts of the wrong shape or sign (or a
 cost-aware split that spends more than its budget) raise `AllocationError`, which is
@@ -29,20 +42,25 @@ from trace_gym.alloc.base import Candidate, PrefixCandidate, VisitHistory
 from trace_gym.alloc.candidates import prefix_candidates
 from trace_gym.budget import Stopwatch
 from trace_gym.errors import AllocationError
-from trace_gym.mixture import MEMBER_KEY
+from trace_gym.mixture import env_id_of  # re-exported (its home is the mixture now)
 from trace_gym.predict.base import Predictor, State
-from trace_gym.scheduling import Episode, PromptWork, StepContext
 from trace_gym.seeding import branch_seed, stable_seed
+from trace_gym.step import Episode, EpisodeSpec, PromptWork, ReplayPlan, StepContext
 from trace_gym.tree import RolloutTree, success_threshold_for
 
 __all__ = [
     "Described",
+    "RootAllocation",
+    "allocate_roots",
     "env_id_of",
     "expand",
     "is_cost_aware",
+    "plan_replays",
     "plan_roots",
     "predictor_fn",
     "prefix_nodes",
+    "replay_shares",
+    "root_works",
     "split_replays",
 ]
 
@@ -97,11 +115,35 @@ def _check_counts(counts: Any, n: int, allocator: Any, what: str) -> np.ndarray:
 
 
 # ---------------------------------------------------------------------- roots
+class RootAllocation(NamedTuple):
+    """The root decision of one step: each candidate, its env and its root rollouts."""
+
+    candidates: list[Candidate]
+    #: root rollouts per candidate, in candidate order
+    counts: np.ndarray
+    #: each candidate's env id (its mixture member, or the pool's env)
+    env_ids: list[str]
+
+    @property
+    def skipped(self) -> list[list[Any]]:
+        """[id, value] of every candidate that got no rollout (the viewer's skipped list)."""
+        return [
+            [c.id, c.value] for c, m in zip(self.candidates, self.counts, strict=True) if m == 0
+        ]
+
+
 def plan_roots(
     ctx: StepContext, described: Sequence[Described], history: Mapping[str, VisitHistory]
 ) -> list[PromptWork]:
-    """Score and allocate the root rollouts; one `PromptWork` per selected prompt."""
-    env_ids = [env_id_of(d, ctx.pool.env_id) for d in described]
+    """Score and allocate the root rollouts; one fresh `PromptWork` per selected prompt."""
+    return root_works(ctx, described, allocate_roots(ctx, described, history))
+
+
+def allocate_roots(
+    ctx: StepContext, described: Sequence[Described], history: Mapping[str, VisitHistory]
+) -> RootAllocation:
+    """Score the candidates and ask the allocator for their root rollouts (checked)."""
+    env_ids = [ctx.pool.task_env_id(d.reset_info) for d in described]
     states = [State(d.task_id, d.prompt, (), e) for d, e in zip(described, env_ids, strict=True)]
     values = ctx.predict(states)
     costs = ctx.root_costs(env_ids) if ctx.root_costs is not None else [1.0] * len(described)
@@ -129,20 +171,20 @@ def plan_roots(
             spent,
             ctx.budget.roots,
         )
+    return RootAllocation(cands, counts, env_ids)
+
+
+def root_works(
+    ctx: StepContext, described: Sequence[Described], allocation: RootAllocation
+) -> list[PromptWork]:
+    """One fresh `PromptWork` (a new tree and its root `Episode`s) per selected candidate."""
     works: list[PromptWork] = []
-    for cand, d, m, e in zip(cands, described, counts, env_ids, strict=True):
+    for cand, d, m, e in zip(
+        allocation.candidates, described, allocation.counts, allocation.env_ids, strict=True
+    ):
         if m > 0:
             works.append(_root_work(ctx, len(works), cand, d, int(m), e))
-    if works:  # once per step, on its first tree: the pool's skipped candidates (trace-gym view)
-        works[0].tree.info["skipped_candidates"] = [
-            [c.id, c.value] for c, m in zip(cands, counts, strict=True) if m == 0
-        ]
     return works
-
-
-def env_id_of(d: Described, default: str) -> str:
-    """The env a task belongs to: its mixture member (`trace_gym.mixture`) or the pool's env."""
-    return str(d.reset_info.get(MEMBER_KEY) or default)
 
 
 def _root_work(
@@ -163,13 +205,15 @@ def _root_work(
     w = PromptWork(order=order, tree=tree)
     w.roots = [
         Episode(
-            work=w,
-            kind="rollout",
-            anchor=0,
-            child=i,
-            prompt=d.prompt,
-            reset_info=d.reset_info,
-            env_seed=branch_seed(ctx.step, cand.id, 0, i, turn=0, base=ctx.seed),
+            w,
+            EpisodeSpec(
+                kind="rollout",
+                anchor=0,
+                child=i,
+                prompt=d.prompt,
+                reset_info=d.reset_info,
+                env_seed=branch_seed(ctx.step, cand.id, 0, i, turn=0, base=ctx.seed),
+            ),
         )
         for i in range(m)
     ]
@@ -179,49 +223,64 @@ def _root_work(
 def split_replays(ctx: StepContext, works: Sequence[PromptWork]) -> int:
     """Give each prompt its share of the step's replays; returns the step's replay budget.
 
+    Flat allocators (``branching = False``) get none. Writes each work's ``replay_budget``
+    (the shares of `replay_shares`).
+    """
+    total, shares = replay_shares(ctx, works)
+    for w, b in zip(works, shares, strict=True):
+        w.replay_budget = b
+    return total
+
+
+def replay_shares(ctx: StepContext, works: Sequence[PromptWork]) -> tuple[int, list[int]]:
+    """The step's replay budget and each prompt's share of it, by root count (changes nothing).
+
     Flat allocators (``branching = False``) get none.
     """
     branching = bool(ctx.allocator.branching)
     total = ctx.budget.replays if branching and works else 0
-    if total:
-        with ctx.stopwatch("allocator"):
-            shares = split_budget([len(w.roots) for w in works], total)
-        for w, b in zip(works, shares, strict=True):
-            w.replay_budget = int(b)
-    return total
+    if not total:
+        return 0, [0] * len(works)
+    with ctx.stopwatch("allocator"):
+        shares = split_budget([len(w.roots) for w in works], total)
+    return total, [int(b) for b in shares]
 
 
 # ---------------------------------------------------------------------- prefixes
 def expand(ctx: StepContext, w: PromptWork) -> list[Episode]:
-    """Score `w`'s prefixes, allocate its replays; the replays to queue (the scheduler's hook)."""
+    """The scheduler's hook: `plan_replays`, recorded by `PromptWork.take_replays`; the replays."""
+    return w.take_replays(plan_replays(ctx, w), ctx.report)
+
+
+def plan_replays(ctx: StepContext, w: PromptWork) -> ReplayPlan:
+    """Score `w`'s prefixes and allocate its replays (changes nothing)."""
     tree = w.tree
     prefix_ids = prefix_nodes(tree)
-    replays: list[Episode] = []
-    if w.replay_budget > 0 and prefix_ids:
-        states = [
-            State(
-                tree.prompt_id,
-                tree.prompt,
-                tuple((t.action, t.observation) for t in tree.turns(n)),
-                tree.env_id,
-            )
-            for n in prefix_ids
-        ]
-        for n, v in zip(prefix_ids, ctx.predict(states), strict=True):
-            tree.nodes[n].value = float(v)
-        cands, counts = _allocate_prefixes(ctx, w)
-        replays = _replay_episodes(ctx, w, cands, counts)
-    ctx.report.replays_unspent += max(0, w.replay_budget - len(replays))
-    tree.info.update(replay_budget=w.replay_budget, replays=len(replays))
-    return replays
+    if w.replay_budget <= 0 or not prefix_ids:
+        return ReplayPlan({}, [], [])
+    states = [
+        State(
+            tree.prompt_id,
+            tree.prompt,
+            tuple((t.action, t.observation) for t in tree.turns(n)),
+            tree.env_id,
+        )
+        for n in prefix_ids
+    ]
+    values = {n: float(v) for n, v in zip(prefix_ids, ctx.predict(states), strict=True)}
+    cands, counts = _allocate_prefixes(ctx, w, values)
+    replays, charges = _replay_episodes(ctx, w, cands, counts)
+    return ReplayPlan(values, replays, charges)
 
 
-def _allocate_prefixes(ctx: StepContext, w: PromptWork) -> tuple[list[PrefixCandidate], np.ndarray]:
+def _allocate_prefixes(
+    ctx: StepContext, w: PromptWork, values: Mapping[int, float]
+) -> tuple[list[PrefixCandidate], np.ndarray]:
     """The prompt's prefix records and the allocator's (checked) replays per prefix."""
     tree, allocator = w.tree, ctx.allocator
     cost_aware = is_cost_aware(allocator)
     leaves = [_chain_leaf(tree, first) for first in tree.root.children]
-    cands = prefix_candidates(tree, leaves, cost=ctx.budget.prefix_cost(cost_aware))
+    cands = prefix_candidates(tree, leaves, values, cost=ctx.budget.prefix_cost(cost_aware))
     budget = ctx.budget.prefix_budget(w.replay_budget, cost_aware)
     rng = np.random.default_rng(stable_seed("prefixes", ctx.seed, ctx.step, tree.prompt_id))
     with ctx.stopwatch("allocator"):
@@ -239,9 +298,11 @@ def _allocate_prefixes(ctx: StepContext, w: PromptWork) -> tuple[list[PrefixCand
 
 def _replay_episodes(
     ctx: StepContext, w: PromptWork, cands: Sequence[PrefixCandidate], counts: np.ndarray
-) -> list[Episode]:
-    """One replay `Episode` per allocated count, in prefix then child order; counts each."""
-    tree, out = w.tree, []
+) -> tuple[list[Episode], list[tuple[int, float]]]:
+    """One replay `Episode` per allocated count, in prefix then child order, and its charge."""
+    tree = w.tree
+    out: list[Episode] = []
+    charges: list[tuple[int, float]] = []
     for cand, k in zip(cands, counts, strict=True):
         node = tree.nodes[cand.node]
         prefix_turns = tuple(tree.turns(cand.node))
@@ -249,20 +310,18 @@ def _replay_episodes(
         for j in range(int(k)):
             child = len(node.children) + j
             seed = branch_seed(ctx.step, tree.prompt_id, cand.node, child, turn=0, base=ctx.seed)
-            out.append(
-                Episode(
-                    work=w,
-                    kind="replay",
-                    anchor=cand.node,
-                    child=child,
-                    prompt=root_ep.prompt,
-                    reset_info=root_ep.reset_info,
-                    env_seed=seed,
-                    prefix_turns=prefix_turns,
-                )
+            spec = EpisodeSpec(
+                kind="replay",
+                anchor=cand.node,
+                child=child,
+                prompt=root_ep.prompt,
+                reset_info=root_ep.reset_info,
+                env_seed=seed,
+                prefix_turns=prefix_turns,
             )
-            ctx.report.count_replay(node.depth, cand.cost)
-    return out
+            out.append(Episode(w, spec))
+            charges.append((node.depth, cand.cost))
+    return out, charges
 
 
 def _chain_leaf(tree: RolloutTree, node_id: int) -> int:

@@ -23,8 +23,14 @@ it closes). So the same inputs give the same trees for any ``max_batch``.
 One step reads top-down, with no call back up: runner -> `trace_gym.plan` (stages 1-2
 and 4: what gets budget) -> `trace_gym.alloc` (the allocator) -> `trace_gym.scheduling`
 (stage 3: execution, handed a `StepContext`; it calls ``plan.expand`` through its
-``on_roots_done`` hook) -> env. The step's `Budget` is the runner's; every count and cost
-in the report comes from it.
+``on_roots_done`` hook) -> env; the records they pass are `trace_gym.step`'s. The step's
+`Budget` is the runner's; every count and cost in the report comes from it.
+
+What the runner owns and changes: its env pool, the visit histories, the prompt cache,
+the measured rollout costs and the predictor's update (all kept across steps, in
+`state_dict`); per step it builds the `StepContext` and the report, records the plan the
+planner returns (the report's plan figures, each prompt's replay share, the skipped
+candidates on the first tree for the viewer) and closes the report.
 
 Failures are data: a policy error (an exception, or ``PolicyOutput.error``) or an env
 exception ends that branch on a new leaf whose `Failure` record says where and what
@@ -35,6 +41,7 @@ kind; siblings go on. When more than half of a step's branches failed the runner
 from __future__ import annotations
 
 import argparse
+import copy
 import logging
 import math
 from collections.abc import Callable, Sequence
@@ -53,15 +60,9 @@ from trace_gym.errors import BranchFailures, ConfigError
 from trace_gym.mixture import ROLLOUT_COSTS, RolloutCosts
 from trace_gym.policy import Policy, policy_version
 from trace_gym.predict.base import Predictor
-from trace_gym.scheduling import (
-    EXPANSIONS,
-    EnvPool,
-    PromptWork,
-    StepContext,
-    StepScheduler,
-    tell_step,
-)
+from trace_gym.scheduling import EXPANSIONS, StepScheduler
 from trace_gym.seeding import stable_seed
+from trace_gym.step import EnvPool, PromptWork, StepContext, tell_step
 from trace_gym.tree import RolloutTree
 
 __all__ = [
@@ -75,6 +76,9 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+
+#: format of `BranchingRunner.state_dict`
+RUNNER_STATE_VERSION = 1
 
 
 @dataclass
@@ -238,8 +242,9 @@ class BranchingRunner:
         #: per-env cost of a root rollout (None with ``rollout_cost = "flat"``)
         self.costs: RolloutCosts | None = None
         if config.rollout_cost != "flat":
-            priors = getattr(unwrap(env_factory_probe(self.pool)), "costs", None)
-            self.costs = RolloutCosts(config.rollout_cost, priors)
+            self.costs = RolloutCosts(config.rollout_cost, self.pool.rollout_cost_priors)
+        #: the step after the last one run (what a resumed run continues from)
+        self.next_step = 0
 
     def close(self) -> None:
         self.pool.close()
@@ -271,26 +276,79 @@ class BranchingRunner:
         ctx = self.context(step, self._new_report(step, len(ids)), Stopwatch())
         tell_step(step, self.pool, self.policy)
         described = [self._describe(t, ctx.stopwatch) for t in ids]
-        works = plan.plan_roots(ctx, described, history)
-        report = ctx.report
-        report.selected = len(works)
-        report.roots = sum(len(w.roots) for w in works)
-        report.replay_budget = plan.split_replays(ctx, works)
+        works = self._plan(ctx, described, history)
         extra_envs = self._run_works(ctx, works) if works else 0
+        report = ctx.report
         _check_failures(report, self.config.raise_on_failures)
         trees = [w.tree for w in works]
         _update_history(history, trees)
         if self.costs is not None:
             self.costs.update(trees)
         if self.predictor is not None and self.config.update_predictor and trees:
-            report.predictor_update = self._update_predictor(trees, step, ctx.stopwatch)
-        report.accounted_cost = ctx.budget.accounted(report.roots, report.replay_charge)
-        report.env_instances = self.pool.made + extra_envs
-        report.wall_s, report.time_s = ctx.stopwatch.finish()
+            report.note_predictor_update(self._update_predictor(trees, step, ctx.stopwatch))
+        self.next_step = step + 1
+        report.close(
+            ctx.stopwatch,
+            accounted_cost=ctx.budget.accounted(report.roots, report.replay_charge),
+            env_instances=self.pool.made + extra_envs,
+        )
         return StepResult(trees, report)
 
+    def _plan(
+        self, ctx: StepContext, described: list[plan.Described], history: dict[str, VisitHistory]
+    ) -> list[PromptWork]:
+        """Stages 1-2: allocate the roots, build the works, share out the replays; report them."""
+        allocation = plan.allocate_roots(ctx, described, history)
+        works = plan.root_works(ctx, described, allocation)
+        if (
+            works
+        ):  # once per step, on its first tree: the pool's skipped candidates (trace-gym view)
+            works[0].tree.info["skipped_candidates"] = allocation.skipped
+        total, shares = plan.replay_shares(ctx, works)
+        for w, b in zip(works, shares, strict=True):
+            w.replay_budget = b
+        ctx.report.note_plan(len(works), sum(len(w.roots) for w in works), total)
+        return works
+
+    # ------------------------------------------------------------------ resuming
+    def state_dict(self) -> dict[str, Any]:
+        """What a resumed run needs from the runner: the next step, the visit histories,
+        the predictor's and (adaptive) allocator's state, the measured rollout costs.
+
+        Plain, picklable data; `load_state_dict` on a runner built the same way continues
+        exactly where this one stopped (the same next step).
+        """
+        return {
+            "version": RUNNER_STATE_VERSION,
+            "next_step": self.next_step,
+            "history": dict(self.history),
+            "predictor": _state_of(self.predictor),
+            "allocator": _state_of(self.allocator),
+            "rollout_costs": None if self.costs is None else self.costs.state_dict(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue from a `state_dict` (of a runner with the same config, policy and env)."""
+        if state.get("version") != RUNNER_STATE_VERSION:
+            raise ConfigError(
+                f"runner state of version {state.get('version')!r}; this trace-gym reads "
+                f"version {RUNNER_STATE_VERSION}"
+            )
+        if (state["rollout_costs"] is None) != (self.costs is None):
+            raise ConfigError(
+                "runner state and this runner disagree on rollout_cost (flat vs measured); "
+                "build the runner with the config the state was saved under"
+            )
+        self.next_step = int(state["next_step"])
+        self.history.clear()
+        self.history.update(state["history"])
+        _load_state(self.predictor, state["predictor"], "predictor")
+        _load_state(self.allocator, state["allocator"], "allocator")
+        if self.costs is not None:
+            self.costs.load_state_dict(state["rollout_costs"])
+
     def context(self, step: int, report: StepReport, stopwatch: Stopwatch) -> StepContext:
-        """What one step's planning and execution read (`trace_gym.scheduling.StepContext`)."""
+        """What one step's planning and execution read (`trace_gym.step.StepContext`)."""
         ctx = step_context(
             self.config,
             step,
@@ -382,6 +440,29 @@ def step_context(
         policy_version=policy_version(policy),
         expansion=config.expansion,
     )
+
+
+def _state_of(obj: Any) -> Any:
+    """`obj`'s ``state_dict()``, or a copy of its attributes (an adaptive allocator's)."""
+    if obj is None:
+        return None
+    if callable(getattr(obj, "state_dict", None)):
+        return obj.state_dict()
+    return copy.deepcopy(vars(obj))
+
+
+def _load_state(obj: Any, state: Any, what: str) -> None:
+    if (obj is None) != (state is None):
+        raise ConfigError(
+            f"runner state has {'no' if state is None else 'a'} {what} but this runner "
+            f"{'has one' if state is None else 'has none'}"
+        )
+    if obj is None:
+        return
+    if callable(getattr(obj, "load_state_dict", None)):
+        obj.load_state_dict(state)
+    else:
+        vars(obj).update(copy.deepcopy(state))
 
 
 def env_factory_probe(pool: EnvPool) -> gym.Env:

@@ -9,7 +9,17 @@ queue; when its last replay finishes, its tree closes and its checkpoints are re
 No prompt waits for another.
 
 The scheduler decides nothing about the budget and knows no runner: everything it reads
-comes in one `StepContext`.
+comes in one `StepContext` (`trace_gym.step`). What it changes: the run state of the
+episodes it is handed (through `Episode` methods), their prompts' trees (through
+`PromptWork.insert`), the step's report (through `StepReport`'s ``count_*`` methods),
+and the envs of the pool (reset, step, restore, reseed, release). It asks the env what it
+is only through the pool (`trace_gym.step.EnvPool`), never by name.
+
+Every policy call goes through one path (``_send``): a synchronous ``generate`` and an
+asynchronous ``submit`` both answer with one future per conversation, and every answer
+is settled the same way (``_settle``): taken as the turn, re-sent (at most
+``policy_retries`` times, the re-sends of one settle batched into one call), or recorded
+as the branch's failure.
 
 Episodes buffer their turns and are inserted into their tree in a fixed order (roots
 by index, replays by prefix then index), so node ids - and with them every branch
@@ -22,20 +32,22 @@ import logging
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future
 from concurrent.futures import wait as wait_futures
-from dataclasses import dataclass, field
 from typing import Any
 
-import gymnasium as gym
-import numpy as np
-
-from trace_gym.budget import Budget, Event, StepReport, Stopwatch
-from trace_gym.core import Checkpoint, unwrap
-from trace_gym.errors import ConfigError, EngineUnavailable, PolicyError
-from trace_gym.mixture import member_task_id
-from trace_gym.policy import Conversation, Policy, PolicyOutput
-from trace_gym.predict.base import State
+from trace_gym.core import unwrap
+from trace_gym.errors import EngineUnavailable, PolicyError
+from trace_gym.policy import Conversation, PolicyOutput
 from trace_gym.seeding import branch_seed
-from trace_gym.tree import Failure, RolloutTree, Turn
+from trace_gym.step import (
+    EXPANSIONS,
+    EnvPool,
+    Episode,
+    PromptWork,
+    StepContext,
+    set_step,
+    tell_step,
+)
+from trace_gym.tree import Failure, Turn
 
 __all__ = [
     "EXPANSIONS",
@@ -50,157 +62,22 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-#: when a prompt's prefixes are expanded: the moment its own roots are done (the paper's
-#: schedule), or only after every root of the step (a global barrier; same allocations)
-EXPANSIONS = ("per-prompt", "global")
-
-
-@dataclass
-class Episode:
-    """One branch in flight: a root rollout or a replay from a prefix."""
-
-    work: PromptWork
-    kind: str  # "rollout" | "replay"
-    anchor: int  # 0 for roots, the prefix node id for replays
-    child: int  # child index under the anchor
-    prompt: str
-    reset_info: dict[str, Any]
-    env_seed: int
-    prefix_turns: tuple[Turn, ...] = ()
-    turns: list[Turn] = field(default_factory=list)
-    seeds: list[int] = field(default_factory=list)
-    true_values: list[float | None] = field(default_factory=list)
-    #: (checkpoint, env instance that took it) after each turn of a root rollout
-    checkpoints: list[tuple[Checkpoint, gym.Env] | None] = field(default_factory=list)
-    env: gym.Env | None = None
-    done: bool = False
-    reward: float = 0.0
-    terminated: bool = False
-    truncated: bool = False
-    error: Failure | None = None
-    overflow: bool = False
-
-    @property
-    def sort_key(self) -> tuple[int, int, int, int]:
-        # replays before roots (a started tree finishes first), then prompt order
-        return (0 if self.kind == "replay" else 1, self.work.order, self.anchor, self.child)
-
-
-@dataclass
-class PromptWork:
-    """Bookkeeping of one selected prompt while its tree is open."""
-
-    order: int
-    #: the prompt's tree (its ``prompt_id`` is the task id), filled in as episodes finish
-    tree: RolloutTree
-    roots: list[Episode] = field(default_factory=list)
-    replays: list[Episode] = field(default_factory=list)
-    replay_budget: int = 0
-    #: node id -> (checkpoint, env instance that took it)
-    checkpoints: dict[int, tuple[Checkpoint, gym.Env]] = field(default_factory=dict)
-    phase: str = "roots"  # roots -> (held, global barrier) -> replays -> closed
-    started: bool = False
-
-
-class EnvPool:
-    """Env instances from `env_factory`; any free instance serves any restore."""
-
-    def __init__(self, factory: Callable[[], gym.Env]):
-        self.factory = factory
-        self.free: list[gym.Env] = []
-        self.made = 0
-        self.step: int | None = None
-        self._probe: tuple[bool, str] | None = None
-
-    def _probed(self) -> tuple[bool, str]:
-        if self._probe is None:  # decided once, on the first instance
-            env = self.acquire()
-            base = unwrap(env)
-            self._probe = (callable(getattr(base, "true_value", None)), base.id)
-            self.give_back(env)
-        return self._probe
-
-    @property
-    def has_true_value(self) -> bool:
-        """Whether the env offers ``true_value()`` (the simulator's exact success probability)."""
-        return self._probed()[0]
-
-    @property
-    def env_id(self) -> str:
-        return self._probed()[1]
-
-    def acquire(self) -> gym.Env:
-        if self.free:
-            return self.free.pop()
-        self.made += 1
-        env = self.factory()
-        if self.step is not None:
-            set_step(env, self.step)
-        return env
-
-    def give_back(self, env: gym.Env) -> None:
-        self.free.append(env)
-
-    def close(self) -> None:
-        for env in self.free:
-            env.close()
-        self.free.clear()
-
-
-def set_step(obj: Any, step: int) -> None:
-    """Call ``set_step(step)`` on `obj` (or the env under its wrappers) when it has one."""
-    target = obj.unwrapped if isinstance(obj, gym.Env) else obj
-    fn = getattr(target, "set_step", None)
-    if callable(fn):
-        fn(step)
-
-
-def tell_step(step: int, pool: EnvPool, policy: Any) -> None:
-    """Tell step-aware parts (the simulator's drifting skill) the training step."""
-    pool.step = step
-    for env in pool.free:
-        set_step(env, step)
-    set_step(policy, step)
+#: one conversation in flight: its episode, the conversation, the attempt (0 = first)
+_Request = tuple[Episode, Conversation, int]
 
 
 def _exc(where: str, kind: str, e: BaseException) -> Failure:
     return Failure(where, kind, f"{type(e).__name__}: {e}")
 
 
-@dataclass
-class StepContext:
-    """Everything one step's planning and execution read, handed down from the runner."""
-
-    step: int
-    policy: Policy
-    pool: EnvPool
-    #: the step's `trace_gym.alloc.Allocator`; only `trace_gym.plan` calls it (the
-    #: scheduler sits below the allocators and imports nothing from them)
-    allocator: Any
-    #: predicted success probabilities of states, in [0, 1] (timed by the caller)
-    predict: Callable[[list[State]], np.ndarray]
-    budget: Budget
-    report: StepReport
-    stopwatch: Stopwatch
-    #: the run's seed, mixed into every branch seed
-    seed: int = 0
-    #: most live episodes per policy call (None: all of them)
-    max_batch: int | None = None
-    #: give each replay a fresh env RNG from its branch seed after restoring
-    reseed_replays: bool = True
-    #: times a policy call that raised is re-sent before its branches are failed
-    policy_retries: int = 0
-    #: recorded on every node generated this step
-    policy_version: int | str | None = None
-    #: "per-prompt" (expand a prompt when its roots are done) or "global" (after all roots)
-    expansion: str = "per-prompt"
-    #: env ids of the candidates -> each one's root-rollout cost relative to their mean
-    #: (None: every rollout costs 1; a multi-env mixture measures them, `trace_gym.mixture`)
-    root_costs: Callable[[list[str]], list[float]] | None = None
-
-    def __post_init__(self) -> None:
-        if self.expansion not in EXPANSIONS:
-            raise ConfigError(f"expansion must be one of {EXPANSIONS}, got {self.expansion!r}")
+def _answered(result: Any = None, error: BaseException | None = None) -> Future:
+    """A future that is already done (a synchronous answer, in the shape `submit` gives)."""
+    fut: Future = Future()
+    if error is not None:
+        fut.set_exception(error)
+    else:
+        fut.set_result(result)
+    return fut
 
 
 class StepScheduler:
@@ -217,6 +94,7 @@ class StepScheduler:
         self._step, self._report, self._sw = ctx.step, ctx.report, ctx.stopwatch
         self._round = 0
         self._true_value_known = ctx.pool.has_true_value
+        self._streaming = callable(getattr(self.policy, "submit", None))
 
     def run(self, works: list[PromptWork]) -> None:
         """Run until every tree is closed: batched rounds, or streaming with an async policy.
@@ -227,7 +105,7 @@ class StepScheduler:
         """
         self._roots_open = len(works)
         self._held: list[PromptWork] = []
-        if callable(getattr(self.policy, "submit", None)):
+        if self._streaming:
             self._run_streaming(works)
         else:
             self._run_rounds(works)
@@ -259,64 +137,95 @@ class StepScheduler:
             for ep in finished:
                 self._after_episode(ep, pending)
 
+    def _play_round(self, live: list[Episode]) -> None:
+        """One batched policy call over the live episodes (re-sent while it raises), one env step each."""
+        batch: list[_Request] = [(ep, self._conversation(ep), 0) for ep in live]
+        while batch:
+            batch = self._settle(list(zip(batch, self._send(batch), strict=True)))
+
     def _run_streaming(self, works: list[PromptWork]) -> None:
         pending: list[Episode] = [e for w in works for e in w.roots]
         live: list[Episode] = []
-        inflight: dict[Future, tuple[Episode, Conversation, int]] = {}
+        inflight: dict[Future, _Request] = {}
         while pending or live:
             self._admit(pending, live)
             busy = {id(e) for e, _, _ in inflight.values()}
             idle = sorted((e for e in live if id(e) not in busy), key=lambda e: e.sort_key)
             if idle:
-                self._submit([(ep, self._conversation(ep), 0) for ep in idle], inflight)
+                self._queue([(ep, self._conversation(ep), 0) for ep in idle], inflight)
             if not inflight:
                 live = [e for e in live if not e.done]
                 continue
             with self._sw("policy"):
                 ready, _ = wait_futures(list(inflight), return_when=FIRST_COMPLETED)
-            answered = sorted((inflight.pop(f) + (f,) for f in ready), key=lambda x: x[0].sort_key)
-            for ep, conv, attempt, fut in answered:
-                self._settle(ep, conv, attempt, fut, inflight)
+            answered = sorted(((inflight.pop(f), f) for f in ready), key=lambda x: x[0][0].sort_key)
+            retries = self._settle(answered)
+            if retries:
+                self._queue(retries, inflight)
             for ep in [e for e in live if e.done]:
                 self._after_episode(ep, pending)
             live = [e for e in live if not e.done]
 
-    def _submit(self, batch: list[tuple[Episode, Conversation, int]], inflight: dict) -> None:
-        """Send one request per conversation (the policy may route them to several engines)."""
-        rep = self._report
-        rep.policy_calls += 1
-        rep.largest_batch = max(rep.largest_batch, len(batch))
-        self._round += 1
-        with self._sw("policy"):
-            futures = list(self.policy.submit([conv for _, conv, _ in batch]))  # type: ignore[attr-defined]
-        if len(futures) != len(batch):
-            raise PolicyError(
-                f"submit returned {len(futures)} futures for {len(batch)} conversations"
-            )
-        for fut, item in zip(futures, batch, strict=True):
+    def _queue(self, batch: list[_Request], inflight: dict[Future, _Request]) -> None:
+        for fut, item in zip(self._send(batch), batch, strict=True):
             inflight[fut] = item
 
-    def _settle(
-        self, ep: Episode, conv: Conversation, attempt: int, fut: Future, inflight: dict
-    ) -> None:
-        """Take the turn a request answered, re-send it, or fail the branch."""
-        err = fut.exception()
-        if isinstance(err, EngineUnavailable):
-            raise err  # infrastructure, not data: the caller re-runs the prompt elsewhere
-        if err is None:
-            out = fut.result()
-            self._report.measured_turns += 1
-            self._take_turn(ep, out, conv)
-            return
-        failure = _exc("policy.generate", "policy", err)
-        log.warning("%s (attempt %d of %d)", failure, attempt + 1, self.ctx.policy_retries + 1)
-        if attempt < self.ctx.policy_retries:
-            self._report.retried_turns += 1
-            self._submit([(ep, conv, attempt + 1)], inflight)
-        else:
-            self._report.measured_turns += 1
-            self._fail(ep, failure, policy_error=True, seed=conv.seed)
+    # ------------------------------------------------------------------ the policy-call path
+    def _send(self, batch: list[_Request]) -> list[Future]:
+        """The one policy call: `batch`'s conversations in, one future per conversation out.
 
+        ``submit`` (an async policy) returns futures; ``generate`` is answered at once.
+        A call that raises (or answers the wrong number) fails each of its conversations.
+        """
+        convs = [conv for _, conv, _ in batch]
+        self._round += 1
+        self._report.count_call(len(convs))
+        try:
+            with self._sw("policy"):
+                if self._streaming:
+                    futures = list(self.policy.submit(convs))  # type: ignore[attr-defined]
+                else:
+                    futures = [_answered(out) for out in self.policy.generate(convs)]
+            if len(futures) != len(convs):
+                what = "futures" if self._streaming else "outputs"
+                raise PolicyError(
+                    f"returned {len(futures)} {what} for {len(convs)} conversations; a "
+                    "policy answers each conversation once, in order"
+                )
+        except EngineUnavailable:
+            raise  # infrastructure, not data: the caller re-runs the prompt elsewhere
+        except Exception as e:  # noqa: BLE001 - recorded on every branch of the call
+            return [_answered(error=e) for _ in convs]
+        return futures
+
+    def _settle(self, answered: list[tuple[_Request, Future]]) -> list[_Request]:
+        """Take each answer as its turn or record the failure; returns the requests to re-send."""
+        retries: list[_Request] = []
+        logged: set[tuple[str, int]] = set()
+        for (ep, conv, attempt), fut in answered:
+            err = fut.exception()
+            if isinstance(err, EngineUnavailable):
+                raise err  # infrastructure, not data: the caller re-runs the prompt elsewhere
+            if err is None:
+                out = fut.result()
+                self._report.count_turn(out)
+                self._take_turn(ep, out, conv)
+                continue
+            failure = _exc("policy.generate", "policy", err)
+            if (str(failure), attempt) not in logged:  # once per distinct error and attempt
+                logged.add((str(failure), attempt))
+                log.warning(
+                    "%s (attempt %d of %d)", failure, attempt + 1, self.ctx.policy_retries + 1
+                )
+            if attempt < self.ctx.policy_retries:
+                self._report.count_retry()
+                retries.append((ep, conv, attempt + 1))
+            else:
+                self._report.count_turn()
+                self._fail(ep, failure, policy_error=True, seed=conv.seed)
+        return retries
+
+    # ------------------------------------------------------------------ one branch
     def _start(self, ep: Episode) -> None:
         """Give `ep` an env: reset for a root, restore the prefix checkpoint for a replay."""
         w, sw = ep.work, self._sw
@@ -334,7 +243,7 @@ class StepScheduler:
                 else:
                     base.restore(w.checkpoints[ep.anchor][0])
                     if self.ctx.reseed_replays:
-                        base.np_random = np.random.Generator(np.random.PCG64(ep.env_seed))
+                        base.reseed(ep.env_seed)
         except Exception as e:  # noqa: BLE001 - a broken branch is data
             where, kind = ("env.reset", "env") if ep.kind == "rollout" else ("env.restore", "infra")
             self._fail(ep, _exc(where, kind, e), env_error=True)
@@ -352,7 +261,7 @@ class StepScheduler:
         ep.seeds.append(seed)
         return Conversation(
             env_id=tree.env_id,
-            task_id=member_task_id(tree.prompt_id, ep.reset_info),
+            task_id=self.pool.policy_task_id(tree.prompt_id, ep.reset_info),
             prompt=ep.prompt,
             turns=ep.prefix_turns + tuple(ep.turns),
             seed=seed,
@@ -362,45 +271,8 @@ class StepScheduler:
             else tuple(tree.prompt_token_ids),
         )
 
-    def _generate(self, convs: list[Conversation]) -> list[PolicyOutput] | Failure:
-        """One policy call (with retries); the failure if it kept failing."""
-        rep, attempts = self._report, self.ctx.policy_retries + 1
-        for attempt in range(attempts):
-            self._round += 1
-            rep.policy_calls += 1
-            rep.largest_batch = max(rep.largest_batch, len(convs))
-            try:
-                with self._sw("policy"):
-                    outs = list(self.policy.generate(convs))
-                if len(outs) != len(convs):
-                    raise PolicyError(
-                        f"returned {len(outs)} outputs for {len(convs)} conversations; a "
-                        "policy returns one PolicyOutput per conversation, in order"
-                    )
-                return outs
-            except Exception as e:  # noqa: BLE001 - recorded on every branch of the call
-                err = _exc("policy.generate", "policy", e)
-                log.warning("%s (attempt %d of %d)", err, attempt + 1, attempts)
-                if attempt + 1 < attempts:
-                    rep.retried_turns += len(convs)
-        return err
-
-    def _play_round(self, live: list[Episode]) -> None:
-        """One batched policy call over the live episodes, then one env step each."""
-        convs = [self._conversation(ep) for ep in live]
-        outs = self._generate(convs)
-        rep = self._report
-        rep.measured_turns += len(live)
-        for i, (ep, conv) in enumerate(zip(live, convs, strict=True)):
-            if isinstance(outs, Failure):
-                self._fail(ep, outs, policy_error=True, seed=conv.seed)
-            else:
-                self._take_turn(ep, outs[i], conv)
-
     def _take_turn(self, ep: Episode, out: PolicyOutput, conv: Conversation) -> None:
-        rep, tree = self._report, ep.work.tree
-        rep.generated_tokens += len(out.token_ids or ())
-        rep.context_tokens += len(out.context_token_ids or ())
+        tree = ep.work.tree
         if out.context_token_ids is not None:
             previous = conv.turns[-1] if conv.turns else None
             if previous is None and tree.prompt_token_ids is None:
@@ -420,16 +292,20 @@ class StepScheduler:
             logprobs=_list(out.logprobs),
         )
         if out.finish_reason == "overflow":
-            rep.overflows += 1
+            self._report.count_overflow()
             turn.info["overflow"] = True
-            self._record(ep, turn, conv.seed, None)
-            ep.done, ep.truncated, ep.overflow = True, True, True
+            ep.record(turn, conv.seed, None)
+            ep.end(ep.reward, False, True, overflow=True)
             return
+        self._step_env(ep, turn, out, conv)
+
+    def _step_env(self, ep: Episode, turn: Turn, out: PolicyOutput, conv: Conversation) -> None:
+        """Step `ep`'s env with the turn's action; record the turn (and a checkpoint mid-rollout)."""
         base = unwrap(ep.env)
         try:
             with self._sw("env"):
                 obs, reward, terminated, truncated, info = ep.env.step(out.text)
-                rep.env_steps += 1
+                self._report.count_env_step()
                 tv = float(base.true_value()) if self._true_value_known else None
                 done = bool(terminated or truncated)
                 ckpt = (base.checkpoint(), ep.env) if ep.kind == "rollout" and not done else None
@@ -437,28 +313,9 @@ class StepScheduler:
             self._fail(ep, _exc("env.step", "env", e), env_error=True, seed=conv.seed, out=out)
             return
         turn.observation, turn.reward, turn.info = obs, float(reward), dict(info)
-        self._record(ep, turn, conv.seed, tv, ckpt)
+        ep.record(turn, conv.seed, tv, ckpt)
         if done:
-            ep.done, ep.reward, ep.terminated, ep.truncated = (
-                True,
-                float(reward),
-                bool(terminated),
-                bool(truncated),
-            )
-
-    def _record(
-        self,
-        ep: Episode,
-        turn: Turn,
-        seed: int,
-        tv: float | None,
-        ckpt: tuple[Checkpoint, gym.Env] | None = None,
-    ) -> None:
-        ep.turns.append(turn)
-        ep.true_values.append(tv)
-        ep.checkpoints.append(ckpt)
-        if len(ep.seeds) < len(ep.turns):
-            ep.seeds.append(seed)
+            ep.end(float(reward), bool(terminated), bool(truncated))
 
     def _fail(
         self,
@@ -471,19 +328,14 @@ class StepScheduler:
         out: PolicyOutput | None = None,
     ) -> None:
         """End `ep` on a failed leaf that records `error` (and what the policy said, if anything)."""
-        rep = self._report
-        rep.env_errors += int(env_error)
-        rep.policy_errors += int(policy_error)
+        self._report.count_error(policy=policy_error, env=env_error)
         turn = Turn(
             action="" if out is None else out.text,
             observation="",
             token_ids=None if out is None else _list(out.token_ids),
             logprobs=None if out is None else _list(out.logprobs),
         )
-        if seed is None:
-            seed = ep.env_seed
-        self._record(ep, turn, seed, None)
-        ep.done, ep.error = True, error
+        ep.fail(error, turn, ep.env_seed if seed is None else seed)
 
     # ------------------------------------------------------------------ per-prompt phases
     def _after_episode(self, ep: Episode, pending: list[Episode]) -> None:
@@ -524,33 +376,7 @@ class StepScheduler:
 
     def _insert(self, w: PromptWork, episodes: list[Episode]) -> None:
         """Append the buffered turns of `episodes` to the tree, in their fixed order."""
-        tree, version = w.tree, self.ctx.policy_version
-        for ep in episodes:
-            node_id = ep.anchor
-            for k, turn in enumerate(ep.turns):
-                node = tree.add_child(
-                    node_id,
-                    turn,
-                    origin=ep.kind,
-                    seed=ep.seeds[k],
-                    true_value=ep.true_values[k],
-                    policy_version=version,
-                )
-                node_id = node.id
-                if ep.checkpoints[k] is not None:
-                    w.checkpoints[node_id] = ep.checkpoints[k]  # type: ignore[assignment]
-            failed = ep.error is not None
-            tree.finish(
-                node_id,
-                reward=None if failed else ep.reward,
-                terminated=ep.terminated,
-                truncated=ep.truncated or failed,
-                error=ep.error,
-            )
-            if ep.overflow:
-                tree.nodes[node_id].info["overflow"] = True
-            if failed:
-                self._report.failed_branches += 1
+        self._report.count_failed(w.insert(episodes, self.ctx.policy_version))
 
     def _close(self, w: PromptWork) -> None:
         self._insert(w, w.replays)
@@ -569,7 +395,7 @@ class StepScheduler:
             log.warning("releasing checkpoint of node %d failed: %s", node_id, e)
 
     def _event(self, kind: str, w: PromptWork) -> None:
-        self._report.events.append(Event(self._round, kind, w.tree.prompt_id))
+        self._report.add_event(self._round, kind, w.tree.prompt_id)
 
 
 def _list(x: Any) -> list[Any] | None:

@@ -193,7 +193,7 @@ class TraceEnvAgentLoop(AgentLoopBase):
                 ep.prompt_ids = self.chat.prompt_ids(conv)
                 return
             await loop.run_in_executor(None, restore_env, env, pickle.loads(req["checkpoint"]))
-            unwrap(env).np_random = np.random.Generator(np.random.PCG64(spec["env_seed"]))
+            unwrap(env).reseed(spec["env_seed"])
         except Exception as e:  # noqa: BLE001 - a broken branch is data
             where = "env.reset" if req is None else "env.restore"
             ep.error, ep.done = (

@@ -59,7 +59,7 @@ from trace_gym.errors import (
 from trace_gym.policy import Policy
 from trace_gym.predict.base import Predictor
 from trace_gym.runner import BranchingRunner, RunnerConfig
-from trace_gym.scheduling import PromptWork, StepContext
+from trace_gym.step import PromptWork, StepContext
 
 __all__ = [
     "DistributedStepReport",

@@ -26,7 +26,8 @@ from trace_gym import plan
 from trace_gym.budget import StepReport, Stopwatch
 from trace_gym.errors import ConfigError
 from trace_gym.runner import RunnerConfig, step_context
-from trace_gym.scheduling import EnvPool, PromptWork, StepScheduler, tell_step
+from trace_gym.scheduling import StepScheduler
+from trace_gym.step import EnvPool, PromptWork, tell_step
 from trace_gym.tree import RolloutTree
 
 __all__ = ["RolloutWorker", "ShardResult", "WorkerPolicy", "current_worker", "dumps", "loads"]
@@ -151,7 +152,7 @@ class RolloutWorker:
             sw,
         )
         StepScheduler(ctx, partial(plan.expand, ctx)).run(shard)
-        ctx.report.wall_s, ctx.report.time_s = sw.finish()
+        ctx.report.close(sw)
         return dumps(
             ShardResult(
                 worker=self.index,
