@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -30,13 +31,14 @@ from trace_gym.alloc.candidates import prefix_candidates
 from trace_gym.budget import Stopwatch
 from trace_gym.errors import AllocationError
 from trace_gym.mixture import MEMBER_KEY
-from trace_gym.predict.base import Predictor, State
+from trace_gym.predict.base import Predictor, State, UncertainPredictor
 from trace_gym.scheduling import Episode, PromptWork, StepContext
 from trace_gym.seeding import branch_seed, stable_seed
 from trace_gym.tree import RolloutTree, success_threshold_for
 
 __all__ = [
     "Described",
+    "concentration_fn",
     "expand",
     "env_id_of",
     "is_cost_aware",
@@ -77,6 +79,20 @@ def predictor_fn(
     return predict
 
 
+def concentration_fn(
+    predictor: Predictor | None, stopwatch: Stopwatch
+) -> Callable[[list[State]], np.ndarray] | None:
+    """The step's ``concentration`` for an `UncertainPredictor` (None for point predictors)."""
+    if not isinstance(predictor, UncertainPredictor):
+        return None
+
+    def concentration(states: list[State]) -> np.ndarray:
+        with stopwatch("predictor"):
+            return np.asarray(predictor.concentration(states), dtype=float)
+
+    return concentration
+
+
 def is_cost_aware(allocator: Any) -> bool:
     """Whether `allocator` spends a cost budget on prefixes that each carry their own cost."""
     return bool(getattr(allocator, "cost_aware", False))
@@ -105,6 +121,7 @@ def plan_roots(
     states = [State(d.task_id, d.prompt, (), e) for d, e in zip(described, env_ids, strict=True)]
     values = ctx.predict(states)
     costs = ctx.root_costs(env_ids) if ctx.root_costs is not None else [1.0] * len(described)
+    conc = _concentrations(ctx, states)
     cands = [
         Candidate(
             id=d.task_id,
@@ -112,8 +129,9 @@ def plan_roots(
             history=history.get(d.task_id, VisitHistory()),
             true_value=d.true_value,
             cost=float(c),
+            concentration=k,
         )
-        for d, v, c in zip(described, values, costs, strict=True)
+        for d, v, c, k in zip(described, values, costs, conc, strict=True)
     ]
     rng = np.random.default_rng(stable_seed("roots", ctx.seed, ctx.step))
     with ctx.stopwatch("allocator"):
@@ -138,6 +156,13 @@ def plan_roots(
             [c.id, c.value] for c, m in zip(cands, counts, strict=True) if m == 0
         ]
     return works
+
+
+def _concentrations(ctx: StepContext, states: list[State]) -> list[float | None]:
+    """Each state's Beta concentration (None everywhere for a point predictor)."""
+    if ctx.concentration is None or not states:
+        return [None] * len(states)
+    return [float(x) for x in ctx.concentration(states)]
 
 
 def env_id_of(d: Described, default: str) -> str:
@@ -209,19 +234,24 @@ def expand(ctx: StepContext, w: PromptWork) -> list[Episode]:
         ]
         for n, v in zip(prefix_ids, ctx.predict(states), strict=True):
             tree.nodes[n].value = float(v)
-        cands, counts = _allocate_prefixes(ctx, w)
+        conc = dict(zip(prefix_ids, _concentrations(ctx, states), strict=True))
+        cands, counts = _allocate_prefixes(ctx, w, conc)
         replays = _replay_episodes(ctx, w, cands, counts)
     ctx.report.replays_unspent += max(0, w.replay_budget - len(replays))
     tree.info.update(replay_budget=w.replay_budget, replays=len(replays))
     return replays
 
 
-def _allocate_prefixes(ctx: StepContext, w: PromptWork) -> tuple[list[PrefixCandidate], np.ndarray]:
-    """The prompt's prefix records and the allocator's (checked) replays per prefix."""
+def _allocate_prefixes(
+    ctx: StepContext, w: PromptWork, conc: Mapping[int, float | None] | None = None
+) -> tuple[list[PrefixCandidate], np.ndarray]:
+    """The prompt's prefix records (with `conc`, node -> concentration) and the replays per prefix."""
     tree, allocator = w.tree, ctx.allocator
     cost_aware = is_cost_aware(allocator)
     leaves = [_chain_leaf(tree, first) for first in tree.root.children]
     cands = prefix_candidates(tree, leaves, cost=ctx.budget.prefix_cost(cost_aware))
+    if conc and any(k is not None for k in conc.values()):
+        cands = [replace(c, concentration=conc.get(c.node)) for c in cands]
     budget = ctx.budget.prefix_budget(w.replay_budget, cost_aware)
     rng = np.random.default_rng(stable_seed("prefixes", ctx.seed, ctx.step, tree.prompt_id))
     with ctx.stopwatch("allocator"):
