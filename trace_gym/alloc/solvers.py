@@ -426,7 +426,8 @@ def _solve_capped(
     optimum uses only them (swap any other opened prompt for an unused top one), and
     `solve_roots` on that subset is exact. The posterior objective has no such order
     (two Beta beliefs' gains can cross in m): a DP over (prompts opened, budget) solves
-    it, ties to the smaller m, prompts in order.
+    it on the prompts that fewer than `max_prompts` others dominate (`_undominated`),
+    ties to the smaller m, prompts in order.
     """
     k = _as_int(max_prompts, "max_prompts")
     if budget > k * m_max:
@@ -442,10 +443,32 @@ def _solve_capped(
     if conc is None:
         top = np.sort(np.argsort(-(v * (1.0 - v)), kind="stable")[:k])
         sub = solve_roots(v[top], budget, m_max, exact_budget)
-        counts = np.zeros(v.size, dtype=np.int64)
-        counts[top] = sub.counts
-        return RootSolution(counts, _root_objective(v, conc, counts))
-    return _capped_dp(v, conc, budget, m_max, exact_budget, k)
+    else:
+        top = _undominated(_value_table(v, conc, m_max), k)
+        sub = _capped_dp(v[top], conc[top], budget, m_max, exact_budget, k)
+    counts = np.zeros(v.size, dtype=np.int64)
+    counts[top] = sub.counts
+    return RootSolution(counts, _root_objective(v, conc, counts))
+
+
+def _undominated(table: np.ndarray, k: int, max_cells: int = 20_000_000) -> np.ndarray:
+    """Prompts not dominated by `k` others (some optimum with <= k opened uses only them).
+
+    Prompt i dominates j when its objective is >= j's at every m (identical rows: the
+    lower index dominates). A prompt dominated by k others can be dropped: in a
+    solution that opens it, at most k - 1 others are open, so one of its dominators is
+    free to take its rollouts for no less. Skipped (all kept) above `max_cells`.
+    """
+    p = table.shape[0]
+    if p <= k or p * p * table.shape[1] > max_cells:
+        return np.arange(p)
+    t = np.where(np.isfinite(table), table, 0.0)
+    geq = np.all(t[:, None, :] >= t[None, :, :], axis=2)  # geq[i, j]: i >= j everywhere
+    same = geq & geq.T
+    lower = np.arange(p)[:, None] < np.arange(p)[None, :]
+    dominates = geq & (~same | lower)
+    np.fill_diagonal(dominates, False)
+    return np.flatnonzero(dominates.sum(axis=0) < k)
 
 
 def _capped_dp(
@@ -462,13 +485,17 @@ def _capped_dp(
     dp = np.full((k + 1, budget + 1), -np.inf)
     dp[0, 0] = 0.0
     choice = np.zeros((v.size, k + 1, budget + 1), dtype=np.int16)
+    pad = np.full((k + 1, m_max), -np.inf)
     for i in range(v.size):
+        # window[j, b, m] = dp[j, b - m]; opening prompt i at m >= 2 moves j -> j + 1
+        window = sliding_window_view(np.concatenate([pad, dp], axis=1), m_max + 1, axis=1)
+        cand = window[:-1, :, m_max - 2 :: -1] + table[i, 2:]  # (k, budget + 1, m_max - 1): m = 2..
+        best = cand.argmax(axis=2)  # first maximum = smallest m
+        gain = np.take_along_axis(cand, best[:, :, None], axis=2)[:, :, 0]
+        better = gain > dp[1:]  # ties: leave the prompt closed
         new = dp.copy()
-        for m in range(2, min(m_max, budget) + 1):
-            cand = dp[:-1, : budget + 1 - m] + table[i, m]
-            better = cand > new[1:, m:]
-            new[1:, m:][better] = cand[better]
-            choice[i, 1:, m:][better] = m
+        new[1:][better] = gain[better]
+        choice[i, 1:][better] = best[better] + 2
         dp = new
     if exact_budget:
         j, b = int(np.argmax(dp[:, budget])), budget
