@@ -851,6 +851,7 @@ def _parser() -> argparse.ArgumentParser:
         "oracle (exact values) and noisy:RHO (exact values with noise sized to Spearman RHO)",
     )
     _protocol_args(p)
+    _reference_args(p)
     _output_args(p)
     return p
 
@@ -872,29 +873,6 @@ def _protocol_args(p: argparse.ArgumentParser) -> None:
         type=int,
         default=None,
         help="candidates per step (default: pool factor x fixed-group prompts)",
-    )
-    p.add_argument(
-        "--noisy-curve",
-        default="",
-        help="add TRACE rows with noisy:RHO predictors, e.g. 0.95,0.9,0.8,0.7",
-    )
-    p.add_argument(
-        "--reference",
-        action="store_true",
-        help="add the first-visit reference row (exact posterior given the prompt's clues) and "
-        "the cell-mean row (TRACE on each clue cell's mean success)",
-    )
-    p.add_argument(
-        "--oracle-predictor-row",
-        action="store_true",
-        help="add a TRACE row with the oracle predictor",
-    )
-    p.add_argument(
-        "--max-prompts",
-        type=int,
-        default=None,
-        help="add a TRACE row that opens at most K prompts per step (trace:max_prompts=K), "
-        "e.g. GRPO's count, beside the uncapped one",
     )
     p.add_argument("--group-size", type=int, default=8, help="group size of fixed-group policies")
     p.add_argument("--m-max", type=int, default=16, help="most root rollouts per prompt")
@@ -923,6 +901,33 @@ def _protocol_args(p: argparse.ArgumentParser) -> None:
         help="the v1 comparison: shapes at the fixed --group-size (fewer prompts when deeper)",
     )
     p.add_argument("--shape-policies", default="treepo,trace", help="policies for --shapes")
+
+
+def _reference_args(p: argparse.ArgumentParser) -> None:
+    """The extra rows: references, noisy oracles and the distinct-prompt cap."""
+    p.add_argument(
+        "--noisy-curve",
+        default="",
+        help="add TRACE rows with noisy:RHO predictors, e.g. 0.95,0.9,0.8,0.7",
+    )
+    p.add_argument(
+        "--reference",
+        action="store_true",
+        help="add the first-visit reference row (exact posterior given the prompt's clues) and "
+        "the cell-mean row (TRACE on each clue cell's mean success)",
+    )
+    p.add_argument(
+        "--oracle-predictor-row",
+        action="store_true",
+        help="add a TRACE row with the oracle predictor",
+    )
+    p.add_argument(
+        "--max-prompts",
+        type=int,
+        default=None,
+        help="add a TRACE row that opens at most K prompts per step (trace:max_prompts=K), "
+        "e.g. GRPO's count, beside the uncapped one",
+    )
 
 
 def _output_args(p: argparse.ArgumentParser) -> None:
