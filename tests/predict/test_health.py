@@ -112,6 +112,8 @@ def test_depth_health_with_skipped_candidates_and_empty_depths():
     h = depth_health(ranked, [])
     assert h[0]["gain_rank"] == pytest.approx(1.0)
     assert math.isnan(h[0]["ece"]) and h[0]["outcomes"] == 0
-    shuffled = depth_health([(0, float(v), float(x)) for v, x in zip(rng.permutation(z), z)])
+    shuffled = depth_health(
+        [(0, float(v), float(x)) for v, x in zip(rng.permutation(z), z, strict=True)]
+    )
     assert abs(shuffled[0]["gain_rank"]) < 0.15
     assert depth_health([]) == {}
