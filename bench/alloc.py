@@ -31,6 +31,7 @@ from trace_gym.bench.report import (
     StepRecord,
     format_curves,
     format_error,
+    format_health,
     format_quality,
     format_table,
     summarize,
@@ -42,6 +43,7 @@ from trace_gym.budget import DEFAULT_REPLAY_COST
 from trace_gym.cli import Parser
 from trace_gym.compat import old_names, renamed_fields
 from trace_gym.errors import ConfigError, DependencyNotInstalled, unknown
+from trace_gym.predict.health import depth_health, tree_rows
 from trace_gym.runner import BranchingRunner, add_runner_args, runner_config
 from trace_gym.seeding import stable_seed
 from trace_gym.tree import RolloutTree, batch_metrics
@@ -164,8 +166,39 @@ class BenchConfig:
         return "revisit" if self.revisit else "fresh"
 
 
-#: predictors the bench can build by name (``noisy:RHO`` sets the target Spearman)
-PREDICTOR_NAMES = ("bayes", "features", "empirical", "constant", "critic", "oracle", "noisy:RHO")
+#: predictors the bench can build by name (``noisy:RHO`` sets the target Spearman;
+#: ``cell_mean`` is the cell-mean reference, `trace_gym.bench.first_visit.CellMeanPredictor`)
+PREDICTOR_NAMES = (
+    "bayes",
+    "features",
+    "empirical",
+    "constant",
+    "critic",
+    "oracle",
+    "noisy:RHO",
+    "cell_mean",
+)
+
+#: TRACE-rule options a policy spec may carry: ``trace:posterior``, ``trace:max_prompts=32``
+POLICY_OPTIONS = ("plugin", "posterior", "max_prompts=K")
+
+
+def parse_policy(spec: str) -> tuple[str, dict[str, Any]]:
+    """``"trace:posterior:max_prompts=32"`` -> ("trace", {"objective": "posterior", "max_prompts": 32})."""
+    name, *opts = str(spec).split(":")
+    kw: dict[str, Any] = {}
+    for opt in opts:
+        key, eq, val = opt.partition("=")
+        if not eq and key in ("plugin", "posterior"):
+            kw["objective"] = key
+        elif key == "max_prompts" and val.isdigit() and int(val) >= 1:
+            kw["max_prompts"] = int(val)
+        else:
+            raise ConfigError(
+                f"bad policy option {opt!r} in {spec!r}; options: {', '.join(POLICY_OPTIONS)} "
+                "(K >= 1), e.g. trace:posterior or trace:max_prompts=32"
+            )
+    return name, kw
 
 
 def parse_predictor(spec: str) -> tuple[str, dict[str, Any]]:
@@ -262,7 +295,8 @@ def _policies(cfg: BenchConfig, has_true_value: bool) -> list[str]:
     names = list(cfg.policies) or [p for p in POLICY_ORDER if p in ALLOCATORS] + sorted(
         p for p in ALLOCATORS if p not in POLICY_ORDER
     )
-    for name in names:
+    for spec in names:
+        name, _ = parse_policy(spec)
         if name not in ALLOCATORS:
             raise unknown("allocation policy", name, ALLOCATORS)
     if not has_true_value and "oracle" in names:
@@ -294,6 +328,8 @@ def _record(
     exact_scored: list | None = None,
 ) -> StepRecord:
     m = batch_metrics(trees)
+    ranked, calibrated = tree_rows(trees)
+    health = depth_health(exact_scored or ranked, calibrated)
     scored = []
     for t in trees:
         for n in t.nodes:
@@ -327,6 +363,7 @@ def _record(
         mixed_branch_nodes=mixed_branch,
         unspent_budget=max(0.0, budget - report.accounted_cost) if budget == budget else math.nan,
         exact_scored=exact_scored or [],
+        health=health,
     )
 
 
@@ -335,7 +372,7 @@ def _rows(cfg: BenchConfig, has_true_value: bool) -> list[tuple[str, str, str]]:
     rows = [(n, n, cfg.predictor) for n in _policies(cfg, has_true_value)]
     for label, alloc, pred in cfg.rows:
         if not has_true_value and (
-            alloc in ("oracle", "first_visit") or pred.startswith(("oracle", "noisy"))
+            alloc in ("oracle", "first_visit") or pred.startswith(("oracle", "noisy", "cell_mean"))
         ):
             log.warning("dropping row %r: this env has no exact true values", label)
             continue
@@ -422,7 +459,22 @@ def _make_allocator(cfg: BenchConfig, name: str):
         from trace_gym.bench.first_visit import FirstVisitAllocator
 
         return FirstVisitAllocator(m_max=cfg.m_max, group_size=cfg.group_size)
-    return make_allocator(name, m_max=cfg.m_max, group_size=cfg.group_size)
+    base, options = parse_policy(name)
+    return make_allocator(base, m_max=cfg.m_max, group_size=cfg.group_size, **options)
+
+
+def _make_predictor(cfg: BenchConfig, spec: str):
+    """The predictor `spec` names; ``cell_mean`` wraps the run's own (`CellMeanPredictor`)."""
+    from trace_gym.predict import make_predictor
+
+    name, kw = parse_predictor(spec)
+    if name == "cell_mean":
+        from trace_gym.bench.first_visit import CellMeanPredictor
+
+        inner = cfg.predictor if cfg.predictor != "cell_mean" else "bayes"
+        iname, ikw = parse_predictor(inner)
+        return CellMeanPredictor(make_predictor(iname, **ikw))
+    return make_predictor(name, **kw)
 
 
 class _Recorder:
@@ -470,8 +522,6 @@ def run_policy(
     exact) triple of every state the predictor scored: every candidate at depth 0, every
     visited prefix deeper.
     """
-    from trace_gym.predict import make_predictor
-
     allocator = _make_allocator(cfg, name)
     branching = bool(getattr(allocator, "branching", True))
     rcfg = runner_config(  # m_max, max_batch, prefix_share: the bench's own
@@ -480,9 +530,9 @@ def run_policy(
         replays_per_root=cfg.replays_per_root if branching else 0.0,
         seed=seed,
     )
-    pname, pkw = parse_predictor(predictor or cfg.predictor)
     exact = exact_log and source.has_true_value and cfg.env_id is None
-    pred = _Recorder(make_predictor(pname, **pkw)) if exact else make_predictor(pname, **pkw)
+    made = _make_predictor(cfg, predictor or cfg.predictor)
+    pred = _Recorder(made) if exact else made
     runner = BranchingRunner(source.make_policy(), source.env_factory, allocator, pred, rcfg)
     try:
         for step, pool in enumerate(pools):
@@ -802,7 +852,10 @@ def _parser() -> argparse.ArgumentParser:
         "--seeds", type=int, default=1, help="repeat with K seeds; report means and 95%% CIs"
     )
     p.add_argument(
-        "--policies", default="", help="comma-separated allocation policies (default: all)"
+        "--policies",
+        default="",
+        help="comma-separated allocation policies (default: all); TRACE-rule ones take options "
+        "after ':', e.g. trace:posterior (the posterior objective), trace:max_prompts=32",
     )
     p.add_argument(
         "--predictor",
@@ -812,6 +865,7 @@ def _parser() -> argparse.ArgumentParser:
         "oracle (exact values) and noisy:RHO (exact values with noise sized to Spearman RHO)",
     )
     _protocol_args(p)
+    _reference_args(p)
     _output_args(p)
     return p
 
@@ -828,21 +882,6 @@ def _protocol_args(p: argparse.ArgumentParser) -> None:
         type=int,
         default=None,
         help="candidates per step (default: pool factor x fixed-group prompts)",
-    )
-    p.add_argument(
-        "--noisy-curve",
-        default="",
-        help="add TRACE rows with noisy:RHO predictors, e.g. 0.95,0.9,0.8,0.7",
-    )
-    p.add_argument(
-        "--reference",
-        action="store_true",
-        help="add the first-visit reference row (exact posterior given the prompt's clues)",
-    )
-    p.add_argument(
-        "--oracle-predictor-row",
-        action="store_true",
-        help="add a TRACE row with the oracle predictor",
     )
     p.add_argument("--group-size", type=int, default=8, help="group size of fixed-group policies")
     add_runner_args(p, m_max=16)
@@ -871,6 +910,33 @@ def _protocol_args(p: argparse.ArgumentParser) -> None:
         help="the v1 comparison: shapes at the fixed --group-size (fewer prompts when deeper)",
     )
     p.add_argument("--shape-policies", default="treepo,trace", help="policies for --shapes")
+
+
+def _reference_args(p: argparse.ArgumentParser) -> None:
+    """The extra rows: references, noisy oracles and the distinct-prompt cap."""
+    p.add_argument(
+        "--noisy-curve",
+        default="",
+        help="add TRACE rows with noisy:RHO predictors, e.g. 0.95,0.9,0.8,0.7",
+    )
+    p.add_argument(
+        "--reference",
+        action="store_true",
+        help="add the first-visit reference row (exact posterior given the prompt's clues) and "
+        "the cell-mean row (TRACE on each clue cell's mean success)",
+    )
+    p.add_argument(
+        "--oracle-predictor-row",
+        action="store_true",
+        help="add a TRACE row with the oracle predictor",
+    )
+    p.add_argument(
+        "--max-prompts",
+        type=int,
+        default=None,
+        help="add a TRACE row that opens at most K prompts per step (trace:max_prompts=K), "
+        "e.g. GRPO's count, beside the uncapped one",
+    )
 
 
 def _output_args(p: argparse.ArgumentParser) -> None:
@@ -924,6 +990,12 @@ def _extra_rows(args: argparse.Namespace) -> tuple[tuple[str, str, str], ...]:
         rows.append(("trace@oracle", "trace", "oracle"))
     if args.reference:
         rows.append(("first_visit", "first_visit", args.predictor))
+        rows.append(("cell_mean", "trace", "cell_mean"))
+    if args.max_prompts is not None:
+        if args.max_prompts < 1:
+            raise ConfigError(f"--max-prompts must be >= 1, got {args.max_prompts}")
+        spec = f"trace:max_prompts={args.max_prompts}"
+        rows.append((spec, spec, args.predictor))
     return tuple(rows)
 
 
@@ -1042,6 +1114,9 @@ def _print_report(cfg: BenchConfig, s: dict[str, Any]) -> None:
     err = format_error(s)
     if err:
         print(err)
+    health = format_health(s)
+    if health:
+        print(health)
     if s.get("oracle_effective_ratio") is not None:
         print(f"oracle effective ratio: {s['oracle_effective_ratio']:.1%}")
     if s.get("budget_shapes"):

@@ -25,7 +25,9 @@ __all__ = [
     "StepRecord",
     "format_curves",
     "format_error",
+    "format_health",
     "format_table",
+    "health_summary",
     "mean_ci",
     "prediction_error",
     "spearman",
@@ -51,7 +53,12 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("rollouts_per_prompt", "m/prompt", "{:.1f}"),
     ("predictor_share", "pred.time", "{:.1%}"),
     ("oracle_gap", "vs.oracle", "{:.0%}"),
+    ("gain_rank", "gain_rank", "{:.2f}"),
+    ("ece", "ECE", "{:.3f}"),
 )
+
+#: per-step series in every summary row (mean over seeds at each step)
+BY_STEP = ("effective_ratio", "mixed_groups", "mixed_per_te", "pairs_per_cost", "distinct_prompts")
 
 # two-sided 95% Student t quantiles by degrees of freedom (df > 30: normal)
 _T95 = {
@@ -108,6 +115,8 @@ class StepRecord:
     #: (depth, predicted, exact) of every state the predictor scored (simulator only):
     #: every candidate at depth 0, every visited prefix deeper
     exact_scored: list[tuple[int, float, float]] = field(default_factory=list, repr=False)
+    #: predictor health by depth (`trace_gym.predict.health.depth_health`) of this step
+    health: dict[int, dict[str, float]] = field(default_factory=dict, repr=False)
 
     @property
     def metrics(self) -> dict[str, float]:
@@ -222,6 +231,52 @@ def prediction_error(records: Sequence[StepRecord]) -> dict[str, dict[str, float
     return out
 
 
+def _mean_health(recs: Sequence[StepRecord]) -> dict[str, dict[str, float]]:
+    """Each depth's figures averaged over the records (steps x seeds) that have them."""
+    by_depth: dict[int, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for r in recs:
+        for d, figures in r.health.items():
+            for k, v in figures.items():
+                by_depth[int(d)][k].append(v)
+    out = {}
+    for d, figures in sorted(by_depth.items()):
+        out[str(d)] = {
+            k: float(np.nanmean(v)) if not all(math.isnan(x) for x in v) else math.nan
+            for k, v in figures.items()
+        }
+    return out
+
+
+def health_summary(recs: Sequence[StepRecord]) -> dict[str, Any]:
+    """Predictor health of one row: by depth, by step (x depth), and the depth-0 headline.
+
+    Every figure is computed per step of one seed (`StepRecord.health`) and averaged:
+    over all steps and seeds by depth, over seeds for each step.
+    """
+    steps = sorted({r.step for r in recs})
+    by_depth = _mean_health(recs)
+    d0 = by_depth.get("0", {})
+    return {
+        "health_by_depth": by_depth,
+        "health_by_step": [_mean_health([r for r in recs if r.step == s]) for s in steps],
+        "gain_rank": d0.get("gain_rank", math.nan),
+        "ece": d0.get("ece", math.nan),
+        "brier": d0.get("brier", math.nan),
+        "distinct_values": d0.get("distinct", math.nan),
+    }
+
+
+def _no_health() -> dict[str, Any]:
+    return {
+        "health_by_depth": {},
+        "health_by_step": [],
+        "gain_rank": math.nan,
+        "ece": math.nan,
+        "brier": math.nan,
+        "distinct_values": math.nan,
+    }
+
+
 def _policy_row(recs: list[StepRecord], has_pred: bool) -> dict[str, Any]:
     """One policy's summary row: means, CIs, per-step series, depth profile, predictor figures."""
     seeds = sorted({r.seed for r in recs})
@@ -242,7 +297,7 @@ def _policy_row(recs: list[StepRecord], has_pred: bool) -> dict[str, Any]:
         row[k] = float(np.mean(per_seed[k]))
         row[k + "_ci"] = half if not math.isnan(mean) else math.nan
     steps = sorted({r.step for r in recs})
-    for key in ("effective_ratio", "mixed_groups", "mixed_per_te", "pairs_per_cost"):
+    for key in BY_STEP:
         row[f"{key}_by_step"] = [
             float(np.mean([r.metrics[key] for r in recs if r.step == s])) for s in steps
         ]
@@ -257,6 +312,7 @@ def _policy_row(recs: list[StepRecord], has_pred: bool) -> dict[str, Any]:
         {str(d): q for d, q in predictor_quality(recs).items()} if has_pred else {}
     )
     row["prediction_error_by_depth"] = prediction_error(recs) if has_pred else {}
+    row.update(health_summary(recs) if has_pred else _no_health())
     # distinct prompts over the whole run (per seed)
     row["distinct_prompts_total"] = len({(r.seed, p) for r in recs for p in r.prompt_ids}) / len(
         seeds
@@ -375,6 +431,37 @@ def format_error(summary: dict[str, Any]) -> str:
     )
 
 
+def format_health(summary: dict[str, Any]) -> str:
+    """Predictor health by depth (all steps) and gain_rank at depth 0 per step, per row."""
+    lines = []
+    for name, row in summary["policies"].items():
+        by_depth = row.get("health_by_depth") or {}
+        if not by_depth:
+            continue
+        if len(by_depth) > 8:
+            by_depth = {d: q for d, q in by_depth.items() if int(d) < 5 or int(d) % 5 == 0}
+        cells = " ".join(
+            f"d{d}:{_num(q['gain_rank'], '{:+.2f}')}/{_num(q['ece'], '{:.3f}')}/"
+            f"{_num(q['brier'], '{:.3f}')}/{_num(q['distinct'], '{:.0f}')}"
+            for d, q in by_depth.items()
+        )
+        steps = " ".join(
+            _num(s.get("0", {}).get("gain_rank", math.nan), "{:+.2f}")
+            for s in row.get("health_by_step") or []
+        )
+        lines.append(f"  {name}: {cells}; d0 gain_rank per step: {steps}")
+    if not lines:
+        return ""
+    return (
+        "predictor health by depth (gain_rank/ECE/Brier/distinct values; d0 = every candidate "
+        'scored; docs/alloc.md "Predictor health"):\n' + "\n".join(lines)
+    )
+
+
+def _num(v: float, fmt: str) -> str:
+    return "-" if v is None or (isinstance(v, float) and math.isnan(v)) else fmt.format(v)
+
+
 def format_curves(summary: dict[str, Any], key: str = "effective_ratio") -> str:
     """Per-step curves of one metric, one line per policy."""
     lines = [f"per-step {key}:"]
@@ -434,8 +521,25 @@ def write_outputs(
             m = r.metrics
             w.writerow([r.policy, r.seed, r.step, *[m[k] for k in keys]])
     written.append(path)
+    written.append(_health_csv(summary, out_dir / "health.csv"))
     written += _plots(summary, out_dir)
     return written
+
+
+def _health_csv(summary: dict[str, Any], path: Path) -> Path:
+    """One row per (policy, step, depth) of the health figures; step "all" is the run mean."""
+    from trace_gym.predict.health import FIGURES
+
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["policy", "step", "depth", *FIGURES])
+        for name, row in summary["policies"].items():
+            tables = [("all", row.get("health_by_depth") or {})]
+            tables += list(enumerate(row.get("health_by_step") or []))
+            for step, by_depth in tables:
+                for d, q in by_depth.items():
+                    w.writerow([name, step, d, *[q.get(k) for k in FIGURES]])
+    return path
 
 
 def _plots(summary: dict[str, Any], out_dir: Path) -> list[Path]:
@@ -457,6 +561,21 @@ def _plots(summary: dict[str, Any], out_dir: Path) -> list[Path]:
     files.append(out_dir / "effective_ratio.png")
     fig.savefig(files[-1], dpi=120)
     plt.close(fig)
+
+    health = {n: r["health_by_step"] for n, r in summary["policies"].items() if r["health_by_step"]}
+    if health:
+        fig, ax = plt.subplots(figsize=(7, 4))
+        for name, steps in health.items():
+            ys = [s.get("0", {}).get("gain_rank", math.nan) for s in steps]
+            ax.plot(range(len(ys)), ys, marker="o", ms=3, label=name)
+        ax.set_xlabel("step")
+        ax.set_ylabel("gain_rank at depth 0")
+        ax.set_title("predictor health: Spearman of v(1-v) vs mixedness, every candidate")
+        ax.legend(fontsize=7, ncol=2)
+        fig.tight_layout()
+        files.append(out_dir / "gain_rank.png")
+        fig.savefig(files[-1], dpi=120)
+        plt.close(fig)
 
     branching = {
         n: r["replays_by_depth"] for n, r in summary["policies"].items() if r["replays_by_depth"]

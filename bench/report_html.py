@@ -6,8 +6,9 @@ in one page that opens offline (images are the files beside it). `trace-gym benc
 --out DIR` calls it; so does `trace-gym report`, which first turns a training run
 directory (``metrics.jsonl`` and, when the trainer saved them, ``trees/step_*.jsonl.gz``)
 into plots: learning curves, effective ratio and mixed groups per step, budget per
-depth, predictor quality per step, and throughput. Plots use matplotlib (a core
-dependency, already used by the benchmarks); matplotlib is imported only when drawing.
+depth, predictor quality and health (gain_rank, ECE, Brier) per step, and throughput.
+Plots use matplotlib (a core dependency, already used by the benchmarks); matplotlib
+is imported only when drawing.
 """
 
 from __future__ import annotations
@@ -251,6 +252,12 @@ RUN_PLOTS: tuple[tuple[str, str, str, tuple[str, ...]], ...] = (
         "roots and replays per step",
         "count",
         ("roots", "replays", "failed_branches"),
+    ),
+    (
+        "health.png",
+        "predictor health of the selected prompts (docs/alloc.md)",
+        "value",
+        ("health_d0_gain_rank", "health_d0_ece", "health_d0_brier", "health_d1_gain_rank"),
     ),
     ("throughput.png", "throughput", "tokens / s", ("gen_tokens_per_s", "train_tokens_per_s")),
     (

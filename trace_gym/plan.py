@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -43,7 +44,7 @@ from trace_gym.alloc.candidates import prefix_candidates
 from trace_gym.budget import Stopwatch
 from trace_gym.errors import AllocationError
 from trace_gym.mixture import env_id_of  # re-exported (its home is the mixture now)
-from trace_gym.predict.base import Predictor, State
+from trace_gym.predict.base import Predictor, State, UncertainPredictor
 from trace_gym.seeding import branch_seed, stable_seed
 from trace_gym.step import Episode, EpisodeSpec, PromptWork, ReplayPlan, StepContext
 from trace_gym.tree import RolloutTree, success_threshold_for
@@ -52,6 +53,7 @@ __all__ = [
     "Described",
     "RootAllocation",
     "allocate_roots",
+    "concentration_fn",
     "env_id_of",
     "expand",
     "is_cost_aware",
@@ -93,6 +95,20 @@ def predictor_fn(
         return np.clip(v, 0.0, 1.0)
 
     return predict
+
+
+def concentration_fn(
+    predictor: Predictor | None, stopwatch: Stopwatch
+) -> Callable[[list[State]], np.ndarray] | None:
+    """The step's ``concentration`` for an `UncertainPredictor` (None for point predictors)."""
+    if not isinstance(predictor, UncertainPredictor):
+        return None
+
+    def concentration(states: list[State]) -> np.ndarray:
+        with stopwatch("predictor"):
+            return np.asarray(predictor.concentration(states), dtype=float)
+
+    return concentration
 
 
 def is_cost_aware(allocator: Any) -> bool:
@@ -147,6 +163,7 @@ def allocate_roots(
     states = [State(d.task_id, d.prompt, (), e) for d, e in zip(described, env_ids, strict=True)]
     values = ctx.predict(states)
     costs = ctx.root_costs(env_ids) if ctx.root_costs is not None else [1.0] * len(described)
+    conc = _concentrations(ctx, states)
     cands = [
         Candidate(
             id=d.task_id,
@@ -154,8 +171,9 @@ def allocate_roots(
             history=history.get(d.task_id, VisitHistory()),
             true_value=d.true_value,
             cost=float(c),
+            concentration=k,
         )
-        for d, v, c in zip(described, values, costs, strict=True)
+        for d, v, c, k in zip(described, values, costs, conc, strict=True)
     ]
     rng = np.random.default_rng(stable_seed("roots", ctx.seed, ctx.step))
     with ctx.stopwatch("allocator"):
@@ -185,6 +203,13 @@ def root_works(
         if m > 0:
             works.append(_root_work(ctx, len(works), cand, d, int(m), e))
     return works
+
+
+def _concentrations(ctx: StepContext, states: list[State]) -> list[float | None]:
+    """Each state's Beta concentration (None everywhere for a point predictor)."""
+    if ctx.concentration is None or not states:
+        return [None] * len(states)
+    return [float(x) for x in ctx.concentration(states)]
 
 
 def _root_work(
@@ -268,19 +293,26 @@ def plan_replays(ctx: StepContext, w: PromptWork) -> ReplayPlan:
         for n in prefix_ids
     ]
     values = {n: float(v) for n, v in zip(prefix_ids, ctx.predict(states), strict=True)}
-    cands, counts = _allocate_prefixes(ctx, w, values)
+    conc = dict(zip(prefix_ids, _concentrations(ctx, states), strict=True))
+    cands, counts = _allocate_prefixes(ctx, w, values, conc)
     replays, charges = _replay_episodes(ctx, w, cands, counts)
     return ReplayPlan(values, replays, charges)
 
 
 def _allocate_prefixes(
-    ctx: StepContext, w: PromptWork, values: Mapping[int, float]
+    ctx: StepContext,
+    w: PromptWork,
+    values: Mapping[int, float],
+    conc: Mapping[int, float | None] | None = None,
 ) -> tuple[list[PrefixCandidate], np.ndarray]:
-    """The prompt's prefix records and the allocator's (checked) replays per prefix."""
+    """The prompt's prefix records (with `conc`, node -> Beta concentration) and the
+    allocator's (checked) replays per prefix."""
     tree, allocator = w.tree, ctx.allocator
     cost_aware = is_cost_aware(allocator)
     leaves = [_chain_leaf(tree, first) for first in tree.root.children]
     cands = prefix_candidates(tree, leaves, values, cost=ctx.budget.prefix_cost(cost_aware))
+    if conc and any(k is not None for k in conc.values()):
+        cands = [replace(c, concentration=conc.get(c.node)) for c in cands]
     budget = ctx.budget.prefix_budget(w.replay_budget, cost_aware)
     rng = np.random.default_rng(stable_seed("prefixes", ctx.seed, ctx.step, tree.prompt_id))
     with ctx.stopwatch("allocator"):

@@ -430,6 +430,7 @@ def step_context(
         pool=pool,
         allocator=allocator,
         predict=plan.predictor_fn(predictor, stopwatch),
+        concentration=plan.concentration_fn(predictor, stopwatch),
         budget=config.budget,
         report=report,
         stopwatch=stopwatch,

@@ -349,6 +349,9 @@ class StepContext:
     #: env ids of the candidates -> each one's root-rollout cost relative to their mean
     #: (None: every rollout costs 1; a multi-env mixture measures them, `trace_gym.mixture`)
     root_costs: Callable[[list[str]], list[float]] | None = None
+    #: a + b of each state's Beta belief (None: the predictor gives point values; see
+    #: `trace_gym.predict.base.UncertainPredictor`), copied into the allocator's records
+    concentration: Callable[[list[State]], np.ndarray] | None = None
 
     def __post_init__(self) -> None:
         if self.expansion not in EXPANSIONS:

@@ -56,6 +56,7 @@ from trace_gym.trainers.sync import sync_weights
 from trace_gym.budget import StepReport
 from trace_gym.mixture import flat_env_metrics, mixture_candidates, per_member
 from trace_gym.optional import require
+from trace_gym.predict.health import health_metrics
 from trace_gym.provenance import write_provenance
 from trace_gym.seeding import stable_seed
 from trace_gym.tree import RolloutTree, batch_metrics, save_trees
@@ -187,6 +188,7 @@ def step_metrics(
         **{f"time_rollout_{k}_s": v for k, v in rep["time_s"].items()},
         **{f"predictor_{k}": v for k, v in rep["predictor_update"].items()},
         **flat_env_metrics(trees),  # a mixture: effective ratio, success, tokens per env
+        **health_metrics(trees),  # predictor health by depth (docs/alloc.md)
     }
 
 

@@ -320,3 +320,95 @@ def test_goal_table_runs_are_valid_bench_commands(capsys):
         assert cfg.seeds == seeds and cfg.revisit == (name == "math-revisit"), name
     assert sim_goals.main(["/tmp/unused-goal-dir", "--only", "nope"]) == 2
     assert "unknown run" in capsys.readouterr().err
+
+
+def test_health_per_step_and_depth_in_the_summary(small):
+    """gain_rank/ECE/Brier/distinct by depth and by step; d0 counts every candidate scored."""
+    s, cfg = small.summary, small.config
+    trace = s["policies"]["trace"]
+    d0 = trace["health_by_depth"]["0"]
+    assert d0["n"] == cfg.candidates_per_step  # skipped candidates included (exact Z)
+    assert -1 <= d0["gain_rank"] <= 1 and 0 <= d0["ece"] <= 1 and 0 <= d0["brier"] <= 1
+    assert d0["distinct"] >= 1 and d0["outcomes"] > 0
+    assert trace["gain_rank"] == d0["gain_rank"] and trace["ece"] == d0["ece"]
+    assert len(trace["health_by_step"]) == 2 and "1" in trace["health_by_depth"]
+    assert len(trace["distinct_prompts_by_step"]) == 2
+    # by step: the figures of that step's records, which gain_rank recomputes from the log
+    from trace_gym.predict.health import gain_rank
+
+    recs = [r for r in small.records if r.policy == "trace"]
+    for r in recs:
+        z = [(v, e) for d, v, e in r.exact_scored if d == 0]
+        expect = gain_rank(*zip(*z, strict=True))  # nan when the values are a constant
+        assert r.health[0]["gain_rank"] == pytest.approx(expect, nan_ok=True)
+        step = trace["health_by_step"][r.step]["0"]["gain_rank"]
+        assert step == pytest.approx(r.health[0]["gain_rank"], nan_ok=True)
+        assert math.isnan(expect) == (r.health[0]["distinct"] == 1)
+    assert not math.isnan(trace["health_by_step"][1]["0"]["gain_rank"])  # learned by step 1
+    # the oracle allocator has no predictor figures; a flat policy still has its prompts'
+    assert s["policies"]["oracle"]["health_by_depth"] == {}
+    assert math.isnan(s["policies"]["oracle"]["gain_rank"])
+    assert "0" in s["policies"]["grpo"]["health_by_depth"]
+
+
+def test_cell_mean_posterior_and_max_prompts_rows(tmp_path, capsys):
+    argv = [
+        "--preset",
+        "math",
+        "--steps",
+        "2",
+        "--roots",
+        "32",
+        "--policies",
+        "grpo,trace,trace:posterior",
+        "--reference",
+        "--max-prompts",
+        "8",
+        "--json",
+        str(tmp_path / "s.json"),
+        "--out",
+        str(tmp_path / "out"),
+        "--no-progress",
+    ]
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    assert "predictor health by depth" in printed and "gain_rank" in printed
+    d = json.loads((tmp_path / "s.json").read_text())
+    rows = d["policies"]
+    assert {"cell_mean", "first_visit", "trace:posterior", "trace:max_prompts=8"} <= set(rows)
+    # a point predictor: the posterior objective is the plug-in one exactly
+    assert (
+        rows["trace:posterior"]["effective_ratio_by_step"]
+        == rows["trace"]["effective_ratio_by_step"]
+    )
+    # the cap holds distinct prompts; GRPO's count is budget / group size
+    assert max(rows["trace:max_prompts=8"]["distinct_prompts_by_step"]) <= 8
+    assert rows["grpo"]["distinct_prompts_by_step"] == [8.0, 8.0]
+    # the cell-mean reference: depth-0 values are cell means (few distinct values, as
+    # many as the cells among the candidates), ranked against exact Z
+    cm = rows["cell_mean"]["health_by_depth"]["0"]
+    assert 1 < cm["distinct"] < d["config"]["candidates_per_step"]
+    assert (tmp_path / "out" / "health.csv").stat().st_size > 0
+    assert (tmp_path / "out" / "gain_rank.png").stat().st_size > 0
+    assert main(["--policies", "trace:nope", "--steps", "1", "--roots", "8", "--no-progress"]) == 2
+
+
+def test_cell_means_come_from_the_reference_pool():
+    from trace_gym.bench.first_visit import CellMeanPredictor, _cell_of, _pool, cell_means
+
+    from trace_gym.predict import make_predictor
+    from trace_gym.predict.base import State
+    from trace_gym.sim import SimEnv
+
+    ids = list(SimEnv("math", num_tasks=40).task_ids)
+    v = cell_means(ids)
+    for tid, x in zip(ids, v, strict=True):
+        stem, key = _cell_of(tid)
+        z, groups = _pool(stem)
+        assert x == pytest.approx(np.mean(z[groups[key]]))
+        assert len(groups[key]) >= 25 or len(key) == 2  # fine cell, else the coarse one
+    pred = CellMeanPredictor(make_predictor("features"))
+    states = [State(t, "p") for t in ids[:3]] + [State(ids[0], "p", (("a", "o"),))]
+    out = pred.predict(states)
+    assert np.allclose(out[:3], v[:3])
+    assert out[3] == pytest.approx(float(make_predictor("features").predict(states[3:])[0]))

@@ -96,6 +96,8 @@ def _run_dir(tmp_path, steps=3):
                 "time_rollout_s": 1.0,
                 "time_train_s": 2.0,
                 "predictor_loss": 0.2,
+                "health_d0_gain_rank": 0.1 * step,
+                "health_d0_ece": 0.05,
             }
         )
     rows[-1]["eval_success"] = 0.4
@@ -114,6 +116,7 @@ def test_run_report_plots_every_section_and_the_trees(tmp_path):
         "mixed_groups.png",
         "budget_by_depth.png",
         "predictor.png",
+        "health.png",
         "throughput.png",
         "time.png",
         "steps.csv",

@@ -60,6 +60,10 @@ def test_two_steps_write_metrics_trees_and_checkpoint(tmp_path, policy_factory, 
         "time_rollout_s",
         "time_train_s",
         "eval_success",
+        "prompts",  # distinct prompts this step
+        "health_d0_gain_rank",  # predictor health (docs/alloc.md "Predictor health")
+        "health_d0_ece",
+        "health_d0_distinct",
     ):
         assert key in rows[-1], key
     assert rows[0]["samples"] > 0 and rows[0]["trained_tokens"] > 0

@@ -26,6 +26,7 @@ import numpy as np
 
 from trace_gym.alloc.base import Candidate, PrefixCandidate
 from trace_gym.alloc.solvers import (
+    OBJECTIVES,
     root_increments,
     root_value,
     solve_prefixes,
@@ -80,16 +81,33 @@ def random_prefixes(num: int, budget: int, rng: np.random.Generator) -> np.ndarr
 
 
 def _prefix_split(
-    prefixes: Sequence[PrefixCandidate], budget: float, *, use_true: bool, cost_aware: bool
+    prefixes: Sequence[PrefixCandidate],
+    budget: float,
+    *,
+    use_true: bool,
+    cost_aware: bool,
+    posterior: bool = False,
 ) -> np.ndarray:
-    """TRACE's prefix rule on predicted (or true) values; per-prefix costs when cost-aware."""
+    """TRACE's prefix rule on predicted (or true) values; per-prefix costs when cost-aware.
+
+    `posterior`: the posterior objective on each prefix's `concentration`.
+    """
     if not prefixes:
         return np.zeros(0, dtype=np.int64)
     values = [_true(p, "prefix") if use_true else p.value for p in prefixes]
     rewards = [p.reward for p in prefixes]
+    conc = _concentrations(prefixes) if posterior and not use_true else None
     if cost_aware:
-        return solve_prefixes(values, rewards, budget, [p.cost for p in prefixes]).counts
-    return solve_prefixes(values, rewards, whole_number(budget, "prefix budget")).counts
+        costs = [p.cost for p in prefixes]
+        return solve_prefixes(values, rewards, budget, costs, concentrations=conc).counts
+    b = whole_number(budget, "prefix budget")
+    return solve_prefixes(values, rewards, b, concentrations=conc).counts
+
+
+def _concentrations(records: Sequence[Candidate] | Sequence[PrefixCandidate]) -> list | None:
+    """The records' concentrations, or None when every one is a point value."""
+    conc = [r.concentration for r in records]
+    return None if all(c is None for c in conc) else conc
 
 
 def _true(record, what: str) -> float:
@@ -158,6 +176,12 @@ class TraceAllocator(BaseAllocator):
     exceed it. `exact_budget=False` lets the root counts sum to less than the budget.
     Candidates whose rollouts cost differently (`Candidate.cost`, a multi-env mixture)
     are solved under sum cost x m <= budget instead (`solve_roots_costed`).
+
+    `objective="posterior"` maximises the expected gains under each record's Beta belief
+    (`Candidate.concentration`, `PrefixCandidate.concentration`; records without one
+    keep the plug-in gain, so with a point-value predictor it is "plugin" exactly).
+    `max_prompts` opens at most that many prompts per step (default None: no cap), so
+    a comparison can hold distinct prompts equal to a fixed-group baseline's.
     """
 
     name: ClassVar[str] = "trace"
@@ -172,10 +196,18 @@ class TraceAllocator(BaseAllocator):
         group_size: int = 8,
         exact_budget: bool = True,
         cost_aware: bool = False,
+        objective: str = "plugin",
+        max_prompts: int | None = None,
     ):
         super().__init__(m_max=m_max, group_size=group_size)
+        if objective not in OBJECTIVES:
+            raise ConfigError(f"objective must be one of {OBJECTIVES}, got {objective!r}")
+        if max_prompts is not None and (isinstance(max_prompts, bool) or int(max_prompts) < 1):
+            raise ConfigError(f"max_prompts must be None or an integer >= 1, got {max_prompts!r}")
         self.exact_budget = bool(exact_budget)
         self.cost_aware = bool(cost_aware)
+        self.objective = objective
+        self.max_prompts = None if max_prompts is None else int(max_prompts)
 
     def allocate_roots(
         self, candidates: Sequence[Candidate], budget: int, rng: np.random.Generator
@@ -184,16 +216,36 @@ class TraceAllocator(BaseAllocator):
         if not candidates:
             return np.zeros(0, dtype=np.int64)
         values = [_true(c, "candidate") if self.use_true_roots else c.value for c in candidates]
+        posterior = self.objective == "posterior" and not self.use_true_roots
+        conc = _concentrations(candidates) if posterior else None
         costs = [c.cost for c in candidates]
         if any(abs(x - 1.0) > 1e-12 for x in costs):  # a mixture: sum(cost x rollouts) <= budget
-            return solve_roots_costed(values, costs, float(budget), self.m_max).counts
-        return solve_roots(values, budget, self.m_max, exact_budget=self.exact_budget).counts
+            if self.max_prompts is not None:
+                raise AllocationError(
+                    "max_prompts is not supported with per-candidate rollout costs (a mixture "
+                    "with rollout_cost != 'flat'); drop max_prompts or use flat costs"
+                )
+            return solve_roots_costed(
+                values, costs, float(budget), self.m_max, concentrations=conc
+            ).counts
+        return solve_roots(
+            values,
+            budget,
+            self.m_max,
+            exact_budget=self.exact_budget,
+            concentrations=conc,
+            max_prompts=self.max_prompts,
+        ).counts
 
     def allocate_prefixes(
         self, prefixes: Sequence[PrefixCandidate], budget: float, rng: np.random.Generator
     ) -> np.ndarray:
         return _prefix_split(
-            prefixes, budget, use_true=self.use_true_prefixes, cost_aware=self.cost_aware
+            prefixes,
+            budget,
+            use_true=self.use_true_prefixes,
+            cost_aware=self.cost_aware,
+            posterior=self.objective == "posterior",
         )
 
 

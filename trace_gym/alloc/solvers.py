@@ -59,13 +59,19 @@ from numpy.lib.stride_tricks import sliding_window_view
 from trace_gym.errors import AllocationError
 
 __all__ = [
+    "MAX_CAPPED_CELLS",
     "MAX_KNAPSACK_CELLS",
+    "OBJECTIVES",
     "VALUE_EPS",
     "PrefixSolution",
     "RootSolution",
     "check_root_budget",
+    "beta_moments",
+    "check_concentrations",
     "clip_values",
     "greedy_counts",
+    "posterior_prefix_value",
+    "posterior_root_value",
     "prefix_value",
     "repair_counts",
     "root_increments",
@@ -80,6 +86,13 @@ __all__ = [
 
 #: values are clipped into [VALUE_EPS, 1 - VALUE_EPS] before solving
 VALUE_EPS = 1e-6
+
+#: root/prefix objectives: the plug-in value of the gain at the predicted v, or its
+#: expectation under each record's Beta belief (docs/alloc.md, "The posterior objective")
+OBJECTIVES = ("plugin", "posterior")
+
+#: largest (prompts x max_prompts x budget) table the capped root DP builds
+MAX_CAPPED_CELLS = 50_000_000
 
 
 class RootSolution(NamedTuple):
@@ -213,6 +226,96 @@ def root_increments(v: np.ndarray, m_max: int) -> np.ndarray:
     return inc
 
 
+# ----------------------------------------------------------------------------- posterior
+def check_concentrations(concentrations, n: int) -> np.ndarray | None:
+    """a + b of each record's Beta belief as floats (None -> inf); None when all are point values.
+
+    Raises `AllocationError` unless there is one per record and each is > 0 (inf allowed).
+    """
+    if concentrations is None:
+        return None
+    raw = list(concentrations)
+    if len(raw) != n:
+        raise AllocationError(f"need one concentration per record: {len(raw)} for {n} values")
+    try:
+        c = np.array([math.inf if x is None else float(x) for x in raw], dtype=float)
+    except (TypeError, ValueError) as e:
+        raise AllocationError(f"concentrations must be numbers > 0 or None; got {raw!r:.80}") from e
+    if np.any(np.isnan(c)) or np.any(c <= 0):
+        raise AllocationError(
+            "concentrations (a + b of a Beta belief) must be > 0, inf or None (a point value); "
+            f"got {c[np.isnan(c) | (c <= 0)][:5].tolist()}"
+        )
+    return None if np.all(np.isinf(c)) else c
+
+
+def beta_moments(mean: np.ndarray, conc: np.ndarray, kmax: int) -> np.ndarray:
+    """(P, kmax + 1) E[v^k], k = 0..kmax, for v ~ Beta(mean c, (1 - mean) c).
+
+    E[v^k] = prod_{i<k} (a + i) / (a + b + i); rows with c = inf are mean^k exactly.
+    """
+    mean, conc = np.asarray(mean, dtype=float), np.asarray(conc, dtype=float)
+    out = np.ones((mean.size, kmax + 1))
+    if kmax == 0:
+        return out
+    finite = np.isfinite(conc)
+    i = np.arange(kmax, dtype=float)[None, :]
+    c = np.where(finite, conc, 1.0)[:, None]
+    ratio = np.where(finite[:, None], (mean[:, None] * c + i) / (c + i), mean[:, None])
+    out[:, 1:] = np.cumprod(ratio, axis=1)
+    return out
+
+
+def posterior_root_value(v, conc, m) -> np.ndarray:
+    """E[1 - v^m - (1 - v)^m] under each prompt's Beta(v c, (1 - v) c); 0 at m = 0.
+
+    `conc` = inf gives `root_value` exactly.
+    """
+    v, c, m = np.broadcast_arrays(np.asarray(v, float), np.asarray(conc, float), np.asarray(m))
+    vf, cf, mf = v.ravel(), c.ravel(), m.ravel().astype(np.int64)
+    kmax = int(mf.max()) if mf.size else 0
+    rows = np.arange(vf.size)
+    ev, eu = beta_moments(vf, cf, kmax), beta_moments(1.0 - vf, cf, kmax)
+    post = np.where(mf == 0, 0.0, 1.0 - ev[rows, mf] - eu[rows, mf])
+    out = np.where(np.isfinite(cf), post, root_value(vf, mf))
+    return out.reshape(v.shape)
+
+
+def _posterior_increments(v: np.ndarray, conc: np.ndarray, m_max: int) -> np.ndarray:
+    """(P, m_max) per-unit gains of the posterior objective's concave extension.
+
+    With A = E[v (1 - v)] the extension sets h(1) = A, so d_1 = d_2 = d_3 = A exactly
+    (f(2) = 2A, f(3) - f(2) = E[v (1 - v)(v + 1 - v)] = A), and for s >= 2
+    d_s = E[v (1 - v)(v^(s-2) + (1 - v)^(s-2))]: non-increasing in s because the bracket
+    is, pointwise in v. The shape `solve_roots`' exactness argument needs (three equal
+    first gains, then concave) is therefore the plug-in one, and the same greedy + repair
+    is exact. Rows with c = inf are the plug-in `root_increments` bit for bit.
+    """
+    inc = root_increments(v, m_max)
+    finite = np.isfinite(conc)
+    if not finite.any():
+        return inc
+    vf, c = v[finite], conc[finite]
+    a_, b_ = vf * c, (1.0 - vf) * c
+    first = a_ * b_ / (c * (c + 1.0))  # E[v (1 - v)]
+    post = np.empty((vf.size, m_max))
+    post[:, : min(3, m_max)] = first[:, None]
+    if m_max > 3:
+        ev, eu = beta_moments(vf, c, m_max - 1), beta_moments(1.0 - vf, c, m_max - 1)
+        s1 = np.arange(3, m_max, dtype=float)[None, :]  # s - 1 for steps s = 4..m_max
+        cols = np.arange(3, m_max)
+        post[:, 3:] = (b_[:, None] * ev[:, cols] + a_[:, None] * eu[:, cols]) / (c[:, None] + s1)
+        np.minimum.accumulate(post, axis=1, out=post)
+    inc[finite] = post
+    return inc
+
+
+def _root_objective(v: np.ndarray, conc: np.ndarray | None, counts: np.ndarray) -> float:
+    if conc is None:
+        return float(root_value(v, counts).sum())
+    return float(posterior_root_value(v, conc, counts).sum())
+
+
 def greedy_counts(inc: np.ndarray, budget: int) -> np.ndarray:
     """Counts of the relaxation: the `budget` largest increments, ties to lower (prompt, step)."""
     flat = inc.ravel()
@@ -265,18 +368,30 @@ def repair_counts(inc: np.ndarray, g: np.ndarray, m_max: int) -> tuple[np.ndarra
 
 
 def solve_roots(
-    values: Sequence[float], budget: int, m_max: int = 16, exact_budget: bool = True
+    values: Sequence[float],
+    budget: int,
+    m_max: int = 16,
+    exact_budget: bool = True,
+    *,
+    concentrations: Sequence[float | None] | None = None,
+    max_prompts: int | None = None,
 ) -> RootSolution:
     """Fast exact root allocation (see the module docstring for why it is exact).
 
     `exact_budget=False` allows sum m_i <= budget (then any budget >= 0 is accepted and
-    the best total is chosen, preferring to spend more on ties).
+    the best total is chosen, preferring to spend more on ties). `concentrations` (a + b
+    of each prompt's Beta belief; None or inf: a point value) switch to the posterior
+    objective sum E[f(v_i, m_i)], solved by the same method (`_posterior_increments` says
+    why it stays exact). `max_prompts` opens at most that many prompts (`_solve_capped`).
     """
     v, budget, m_max = _root_problem(values, budget, m_max, exact_budget)
+    conc = check_concentrations(concentrations, v.size)
+    if max_prompts is not None:
+        return _solve_capped(v, conc, budget, m_max, exact_budget, max_prompts)
     if budget < 2:
         counts = np.zeros(v.size, dtype=np.int64)
         return RootSolution(counts, 0.0)
-    inc = root_increments(v, m_max)
+    inc = root_increments(v, m_max) if conc is None else _posterior_increments(v, conc, m_max)
     counts = greedy_counts(inc, budget)
     partial = np.flatnonzero(counts == 1)
     if partial.size:  # at most one prompt sits at the forbidden m = 1
@@ -286,21 +401,139 @@ def solve_roots(
             counts = repaired[0]
         elif exact_budget:  # pragma: no cover - excluded by check_root_budget
             raise AllocationError(f"root budget {budget} is infeasible for m_max {m_max}")
-    return RootSolution(counts, float(root_value(v, counts).sum()))
+    return RootSolution(counts, _root_objective(v, conc, counts))
+
+
+def _value_table(v: np.ndarray, conc: np.ndarray | None, m_max: int) -> np.ndarray:
+    """(P, m_max + 1) objective of m rollouts per prompt; m = 1 is -inf (not allowed)."""
+    ms = np.arange(m_max + 1)[None, :]
+    if conc is None:
+        table = root_value(v[:, None], ms)
+    else:
+        table = posterior_root_value(v[:, None], conc[:, None], ms)
+    table[:, 1] = -np.inf
+    return table
+
+
+def _solve_capped(
+    v: np.ndarray,
+    conc: np.ndarray | None,
+    budget: int,
+    m_max: int,
+    exact_budget: bool,
+    max_prompts: int,
+) -> RootSolution:
+    """The root problem with at most `max_prompts` prompts opened, exactly.
+
+    An unconstrained optimum that opens few enough prompts is optimal here too. Under
+    the plug-in objective f(v, m) is, for every m, increasing in v (1 - v), so the top
+    `max_prompts` prompts by v (1 - v) dominate every other prompt at every m: some
+    optimum uses only them (swap any other opened prompt for an unused top one), and
+    `solve_roots` on that subset is exact. The posterior objective has no such order
+    (two Beta beliefs' gains can cross in m): a DP over (prompts opened, budget) solves
+    it on the prompts that fewer than `max_prompts` others dominate (`_undominated`),
+    ties to the smaller m, prompts in order.
+    """
+    k = whole_number(max_prompts, "max_prompts")
+    if budget > k * m_max:
+        if exact_budget:
+            raise AllocationError(
+                f"root budget {budget} exceeds max_prompts {k} x m_max {m_max} = {k * m_max}; "
+                "raise max_prompts or m_max, or pass exact_budget=False"
+            )
+        budget = k * m_max
+    free = solve_roots(v, budget, m_max, exact_budget, concentrations=conc)
+    if np.count_nonzero(free.counts) <= k:
+        return free
+    if conc is None:
+        top = np.sort(np.argsort(-(v * (1.0 - v)), kind="stable")[:k])
+        sub = solve_roots(v[top], budget, m_max, exact_budget)
+    else:
+        top = _undominated(_value_table(v, conc, m_max), k)
+        sub = _capped_dp(v[top], conc[top], budget, m_max, exact_budget, k)
+    counts = np.zeros(v.size, dtype=np.int64)
+    counts[top] = sub.counts
+    return RootSolution(counts, _root_objective(v, conc, counts))
+
+
+def _undominated(table: np.ndarray, k: int, max_cells: int = 20_000_000) -> np.ndarray:
+    """Prompts not dominated by `k` others (some optimum with <= k opened uses only them).
+
+    Prompt i dominates j when its objective is >= j's at every m (identical rows: the
+    lower index dominates). A prompt dominated by k others can be dropped: in a
+    solution that opens it, at most k - 1 others are open, so one of its dominators is
+    free to take its rollouts for no less. Skipped (all kept) above `max_cells`.
+    """
+    p = table.shape[0]
+    if p <= k or p * p * table.shape[1] > max_cells:
+        return np.arange(p)
+    t = np.where(np.isfinite(table), table, 0.0)
+    geq = np.all(t[:, None, :] >= t[None, :, :], axis=2)  # geq[i, j]: i >= j everywhere
+    same = geq & geq.T
+    lower = np.arange(p)[:, None] < np.arange(p)[None, :]
+    dominates = geq & (~same | lower)
+    np.fill_diagonal(dominates, False)
+    return np.flatnonzero(dominates.sum(axis=0) < k)
+
+
+def _capped_dp(
+    v: np.ndarray, conc: np.ndarray, budget: int, m_max: int, exact_budget: bool, k: int
+) -> RootSolution:
+    """dp[j, b] = best objective of the prompts so far opening j of them with budget b."""
+    cells = v.size * (k + 1) * (budget + 1)
+    if cells > MAX_CAPPED_CELLS:
+        raise AllocationError(
+            f"the max_prompts DP needs {cells:.3g} cells (limit {MAX_CAPPED_CELLS:.3g}); "
+            "offer fewer candidates, lower the budget, or use the plug-in objective"
+        )
+    table = _value_table(v, conc, m_max)
+    dp = np.full((k + 1, budget + 1), -np.inf)
+    dp[0, 0] = 0.0
+    choice = np.zeros((v.size, k + 1, budget + 1), dtype=np.int16)
+    pad = np.full((k + 1, m_max), -np.inf)
+    for i in range(v.size):
+        # window[j, b, m] = dp[j, b - m]; opening prompt i at m >= 2 moves j -> j + 1
+        window = sliding_window_view(np.concatenate([pad, dp], axis=1), m_max + 1, axis=1)
+        cand = window[:-1, :, m_max - 2 :: -1] + table[i, 2:]  # (k, budget + 1, m_max - 1): m = 2..
+        best = cand.argmax(axis=2)  # first maximum = smallest m
+        gain = np.take_along_axis(cand, best[:, :, None], axis=2)[:, :, 0]
+        better = gain > dp[1:]  # ties: leave the prompt closed
+        new = dp.copy()
+        new[1:][better] = gain[better]
+        choice[i, 1:][better] = best[better] + 2
+        dp = new
+    if exact_budget:
+        j, b = int(np.argmax(dp[:, budget])), budget
+    else:  # the best total, preferring to spend more, then fewer prompts
+        flat = dp[:, ::-1].T.ravel()
+        b_rev, j = divmod(int(np.argmax(flat)), k + 1)
+        b = budget - b_rev
+    if not np.isfinite(dp[j, b]):  # pragma: no cover - excluded by the budget checks
+        raise AllocationError(f"root budget {b} is infeasible for m_max {m_max}")
+    counts = np.zeros(v.size, dtype=np.int64)
+    for i in range(v.size - 1, -1, -1):
+        counts[i] = m = int(choice[i, j, b])
+        b, j = b - m, j - (m > 0)
+    return RootSolution(counts, _root_objective(v, conc, counts))
 
 
 def solve_roots_reference(
-    values: Sequence[float], budget: int, m_max: int = 16, exact_budget: bool = True
+    values: Sequence[float],
+    budget: int,
+    m_max: int = 16,
+    exact_budget: bool = True,
+    *,
+    concentrations: Sequence[float | None] | None = None,
 ) -> RootSolution:
     """Reference DP over (prompt, budget): dp[b] = best objective of the prompts so far using b.
 
     Ties go to the smaller m of each prompt, prompts taken in order. O(P * B * m_max).
+    `concentrations` as for `solve_roots` (the posterior objective).
     """
     v, budget, m_max = _root_problem(values, budget, m_max, exact_budget)
+    conc = check_concentrations(concentrations, v.size)
     P = v.size
-    ms = np.arange(m_max + 1)
-    table = root_value(v[:, None], ms[None, :])  # (P, m_max + 1)
-    table[:, 1] = -np.inf  # one rollout cannot be mixed and is not allowed
+    table = _value_table(v, conc, m_max)  # (P, m_max + 1); one rollout is not allowed
     dp = np.full(budget + 1, -np.inf)
     dp[0] = 0.0
     choice = np.zeros((P, budget + 1), dtype=np.int8 if m_max < 128 else np.int32)
@@ -323,7 +556,7 @@ def solve_roots_reference(
     for i in range(P - 1, -1, -1):
         counts[i] = choice[i, b]
         b -= counts[i]
-    return RootSolution(counts, float(root_value(v, counts).sum()))
+    return RootSolution(counts, _root_objective(v, conc, counts))
 
 
 def solve_roots_costed(
@@ -332,6 +565,8 @@ def solve_roots_costed(
     budget: float,
     m_max: int = 16,
     resolution: int = 8,
+    *,
+    concentrations: Sequence[float | None] | None = None,
 ) -> RootSolution:
     """The root problem when prompts' rollouts cost differently (a multi-env mixture).
 
@@ -340,8 +575,10 @@ def solve_roots_costed(
     integerised costs: ``resolution`` units per unit of cost, each prompt's m-rollout
     cost rounded *up* (so the plan never overspends), budget rounded down. Ties go to
     the smaller m, prompts in order. O(P * m_max * budget * resolution) numpy work.
+    `concentrations`: the posterior objective, as in `solve_roots`.
     """
     v = clip_values(values)
+    conc = check_concentrations(concentrations, v.size)
     try:
         c = np.asarray(costs, dtype=float)
     except (TypeError, ValueError) as e:
@@ -360,9 +597,10 @@ def solve_roots_costed(
     dp = np.full(units + 1, -np.inf)
     dp[0] = 0.0
     choice = np.zeros((v.size, units + 1), dtype=np.int16)
+    table = _value_table(v, conc, m_max)
     for i in range(v.size):
         w = np.ceil(ms * c[i] * resolution - 1e-9).astype(int)
-        gain = root_value(v[i], ms)
+        gain = table[i, ms]
         best, arg = dp.copy(), np.zeros(units + 1, dtype=np.int16)
         for k in range(1, ms.size):
             if w[k] > units:
@@ -378,7 +616,7 @@ def solve_roots_costed(
         k = int(choice[i, b])
         counts[i] = ms[k]
         b -= int(np.ceil(ms[k] * c[i] * resolution - 1e-9))
-    return RootSolution(counts, float(root_value(v, counts).sum()))
+    return RootSolution(counts, _root_objective(v, conc, counts))
 
 
 # ----------------------------------------------------------------------------- prefixes
@@ -412,15 +650,48 @@ def _heap_split(q: np.ndarray, budget: int) -> np.ndarray:
     return np.asarray(counts, dtype=np.int64)
 
 
+def _next_ratio(q: float, c: float, k: int) -> float:
+    """Gain of replay k + 1 over replay k's, q ~ Beta(q c, (1 - q) c): (q c + k - 1) / (c + k)."""
+    return q if math.isinf(c) else (q * c + k - 1.0) / (c + k)
+
+
+def _heap_split_posterior(q: np.ndarray, conc: np.ndarray, budget: int) -> np.ndarray:
+    """The max-heap greedy on the posterior gains E[q^(k-1) (1 - q)] (non-increasing in k)."""
+    counts = [0] * q.size
+    qs, cs = q.tolist(), conc.tolist()
+    heap = [(q_j - 1.0, j) for j, q_j in enumerate(qs)]  # first gain: E[1 - q] = 1 - q
+    heapq.heapify(heap)
+    for _ in range(budget):
+        neg_gain, j = heap[0]
+        counts[j] += 1
+        heapq.heapreplace(heap, (neg_gain * _next_ratio(qs[j], cs[j], counts[j]), j))
+    return np.asarray(counts, dtype=np.int64)
+
+
+def posterior_prefix_value(q, conc, k) -> np.ndarray:
+    """1 - E[q^k] for q ~ Beta(q c, (1 - q) c): the chance that k replays flip at least once.
+
+    ``conc`` = inf gives `prefix_value` exactly.
+    """
+    q, c, k = np.broadcast_arrays(np.asarray(q, float), np.asarray(conc, float), np.asarray(k))
+    qf, cf, kf = q.ravel(), c.ravel(), k.ravel().astype(np.int64)
+    moments = beta_moments(qf, cf, int(kf.max()) if kf.size else 0)
+    post = 1.0 - moments[np.arange(qf.size), kf]
+    return np.where(np.isfinite(cf), post, prefix_value(qf, kf)).reshape(q.shape)
+
+
 #: largest knapsack table (prefixes x capacity cells, 8 bytes each: about 160 MB) the
 #: exact DP builds; a bigger problem falls back to `_greedy_cost_split` with a warning
 MAX_KNAPSACK_CELLS = 20_000_000
 
 
-def _greedy_cost_split(q: np.ndarray, c: np.ndarray, budget: float) -> np.ndarray:
+def _greedy_cost_split(
+    q: np.ndarray, c: np.ndarray, budget: float, conc: np.ndarray | None = None
+) -> np.ndarray:
     """Replays by best gain per unit of cost while they fit (the knapsack DP's fallback)."""
     counts = [0] * q.size
     qs, cs = q.tolist(), c.tolist()
+    ks = [math.inf] * q.size if conc is None else conc.tolist()
     heap = [(-(1.0 - q_j) / cs[j], j) for j, q_j in enumerate(qs)]  # next replay's gain / cost
     heapq.heapify(heap)
     left = budget + 1e-9
@@ -433,11 +704,13 @@ def _greedy_cost_split(q: np.ndarray, c: np.ndarray, budget: float) -> np.ndarra
             break
         counts[j] += 1
         left -= cs[j]
-        heapq.heapreplace(heap, (neg_ratio * qs[j], j))
+        heapq.heapreplace(heap, (neg_ratio * _next_ratio(qs[j], ks[j], counts[j]), j))
     return np.asarray(counts, dtype=np.int64)
 
 
-def _knapsack_split(q: np.ndarray, costs, budget: float, resolution: int) -> np.ndarray:
+def _knapsack_split(
+    q: np.ndarray, costs, budget: float, resolution: int, conc: np.ndarray | None = None
+) -> np.ndarray:
     try:
         c = np.asarray(costs, dtype=float)
     except (TypeError, ValueError) as e:
@@ -461,7 +734,7 @@ def _knapsack_split(q: np.ndarray, costs, budget: float, resolution: int) -> np.
             RuntimeWarning,
             stacklevel=3,
         )
-        return _greedy_cost_split(q, c, budget)
+        return _greedy_cost_split(q, c, budget, conc)
     w = np.maximum(1, np.ceil(c * resolution - 1e-9)).astype(
         np.int64
     )  # rounded up: never overspend
@@ -470,9 +743,14 @@ def _knapsack_split(q: np.ndarray, costs, budget: float, resolution: int) -> np.
     choice = np.zeros((q.size, cap + 1), dtype=np.int64)
     for j in range(q.size):
         best, arg = dp.copy(), np.zeros(cap + 1, dtype=np.int64)
-        for k in range(1, cap // w[j] + 1):
+        kmax = cap // w[j]
+        post = None
+        if conc is not None and np.isfinite(conc[j]):  # 1 - E[q^k], k = 0..kmax
+            post = 1.0 - beta_moments(q[j : j + 1], conc[j : j + 1], int(kmax))[0]
+        for k in range(1, kmax + 1):
             shift = k * w[j]
-            cand = dp[: cap + 1 - shift] + (1.0 - q[j] ** k)
+            gain = (1.0 - q[j] ** k) if post is None else post[k]
+            cand = dp[: cap + 1 - shift] + gain
             better = cand > best[shift:]
             best[shift:][better] = cand[better]
             arg[shift:][better] = k
@@ -493,6 +771,7 @@ def solve_prefixes(
     costs: Sequence[float] | None = None,
     *,
     resolution: int = 100,
+    concentrations: Sequence[float | None] | None = None,
 ) -> PrefixSolution:
     """Exact split of one prompt's continuation budget over its visited prefixes.
 
@@ -503,15 +782,23 @@ def solve_prefixes(
     multiples of 1 / `resolution`. A table over `MAX_KNAPSACK_CELLS` cells (prefixes x
     budget x resolution) is not built: the split falls back to the cost-aware greedy
     with a `RuntimeWarning`.
+
+    `concentrations` (a + b of each prefix's Beta belief about V; None or inf: a point
+    value) switch to the posterior objective sum (1 - E[q_j^k_j]): with V ~ Beta, q is
+    Beta(q c, (1 - q) c), and the k-th replay's gain E[q^(k-1) (1 - q)] still shrinks
+    with k (pointwise in q), so the same greedy and DP stay exact.
     """
     q = _repeat_probability(values, rewards)
+    conc = check_concentrations(concentrations, q.size)
     if costs is None:
-        counts = _heap_split(q, whole_number(budget, "prefix budget"))
+        b = whole_number(budget, "prefix budget")
+        counts = _heap_split(q, b) if conc is None else _heap_split_posterior(q, conc, b)
     else:
         if not np.isfinite(budget) or budget < 0:
             raise AllocationError(f"prefix budget must be finite and >= 0; got {budget!r}")
-        counts = _knapsack_split(q, costs, float(budget), int(resolution))
-    return PrefixSolution(counts, float(prefix_value(q, counts).sum()))
+        counts = _knapsack_split(q, costs, float(budget), int(resolution), conc)
+    value = prefix_value(q, counts) if conc is None else posterior_prefix_value(q, conc, counts)
+    return PrefixSolution(counts, float(value.sum()))
 
 
 # ----------------------------------------------------------------------------- splitting

@@ -16,19 +16,31 @@ near 0.5. The figures (docs/alloc.md, "Predictor health"):
 - `distinct`: how many different values the predictor gave (1: a constant, which ranks
   nothing).
 
-All are pure numpy; `health` computes them together for one set of states.
+All are pure numpy; `health` computes them together for one set of states,
+`depth_health` by depth, `tree_rows` reads the rows from a step's trees and
+`health_metrics` flattens them for training logs.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 
 from trace_gym.predict.training import spearman
+from trace_gym.tree import RolloutTree
 
-__all__ = ["brier", "distinct", "ece", "gain_rank", "health"]
+__all__ = [
+    "brier",
+    "depth_health",
+    "distinct",
+    "ece",
+    "gain_rank",
+    "health",
+    "health_metrics",
+    "tree_rows",
+]
 
 
 def _arrays(*xs: Sequence[float] | np.ndarray) -> list[np.ndarray]:
@@ -121,3 +133,70 @@ def health(
         "distinct": float(distinct(v)),
         "n": float(v.size),
     }
+
+
+#: figures `depth_health` reports per depth (all floats; nan where undefined)
+FIGURES = ("gain_rank", "ece", "brier", "distinct", "n", "outcomes")
+
+
+def depth_health(
+    ranked: Iterable[tuple[int, float, float]],
+    calibrated: Iterable[tuple[int, float, float, float]] = (),
+) -> dict[int, dict[str, float]]:
+    """Health figures by depth from two sets of scored states.
+
+    `ranked`: (depth, value, reference z) of every state the allocator scored whose
+    mixedness is known (exact z on the simulator, including skipped candidates; a
+    visited node's realised success rate elsewhere): `gain_rank`, `distinct` and `n`
+    come from these. `calibrated`: (depth, value, realised success rate, leaves behind
+    it) of the visited nodes: `ece` and `brier` (weighted by leaves) and `outcomes` (the
+    leaves counted) come from these.
+    """
+    by_rank: dict[int, list[tuple[float, float]]] = {}
+    by_cal: dict[int, list[tuple[float, float, float]]] = {}
+    for d, v, z in ranked:
+        by_rank.setdefault(int(d), []).append((v, z))
+    for d, v, y, w in calibrated:
+        by_cal.setdefault(int(d), []).append((v, y, w))
+    out: dict[int, dict[str, float]] = {}
+    for d in sorted(set(by_rank) | set(by_cal)):
+        r = np.asarray(by_rank.get(d, []), dtype=float).reshape(-1, 2)
+        c = np.asarray(by_cal.get(d, []), dtype=float).reshape(-1, 3)
+        out[d] = {
+            "gain_rank": gain_rank(r[:, 0], r[:, 1]) if len(r) >= 2 else math.nan,
+            "ece": ece(c[:, 0], c[:, 1], c[:, 2]) if len(c) else math.nan,
+            "brier": brier(c[:, 0], c[:, 1], c[:, 2]) if len(c) else math.nan,
+            "distinct": float(distinct(r[:, 0])),
+            "n": float(len(r)),
+            "outcomes": float(c[:, 2].sum()),
+        }
+    return out
+
+
+def tree_rows(
+    trees: Iterable[RolloutTree], exact: bool | None = None
+) -> tuple[list[tuple[int, float, float]], list[tuple[int, float, float, float]]]:
+    """(ranked, calibrated) rows of `depth_health` from the values the runner stored.
+
+    Every node with a value (``node.value``: what the predictor said when the
+    allocator scored it, i.e. the selected prompts and the visited prefixes) and a
+    realised outcome. `exact` ranks against ``node.true_value`` (default: when every
+    such node has one, i.e. on the simulator) instead of the realised success rate.
+    """
+    rows: list[tuple[int, float, float, float, float | None]] = []
+    for t in trees:
+        t.compute_targets()
+        for n in t.nodes:
+            if n.value is not None and n.target is not None:
+                rows.append((n.depth, n.value, n.target, float(n.num_leaves), n.true_value))
+    if exact is None:
+        exact = bool(rows) and all(r[4] is not None for r in rows)
+    ranked = [(d, v, float(tv if exact and tv is not None else y)) for d, v, y, _, tv in rows]
+    calibrated = [(d, v, y, w) for d, v, y, w, _ in rows]
+    return ranked, calibrated
+
+
+def health_metrics(trees: Sequence[RolloutTree], prefix: str = "health") -> dict[str, float]:
+    """Flat ``{prefix}_d{depth}_{figure}`` metrics of one step's trees (training logs)."""
+    by_depth = depth_health(*tree_rows(trees))
+    return {f"{prefix}_d{d}_{k}": v for d, row in by_depth.items() for k, v in row.items()}
