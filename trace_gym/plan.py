@@ -1,7 +1,9 @@
 """Stages 1-2 and 4 of a runner step: what gets budget, pure of execution.
 
 - `plan_roots`: score the candidate prompts, allocate the root rollouts, and return
-  one `PromptWork` (a fresh tree and its root `Episode`s) per selected prompt;
+  one `PromptWork` (a fresh tree and its root `Episode`s) per selected prompt; before
+  the predictor has any data (`StepContext.cold_start`) roots go uniformly in the
+  allocator's fixed groups (`uniform_roots`), except for allocators on true values;
 - `split_replays`: share the step's continuation budget over the selected prompts in
   proportion to their root counts (largest remainder, sums exactly);
 - `expand`: the scheduler's ``on_roots_done`` hook - score one prompt's prefixes,
@@ -27,6 +29,7 @@ import numpy as np
 from trace_gym.alloc import split_budget
 from trace_gym.alloc.base import Candidate, PrefixCandidate, VisitHistory
 from trace_gym.alloc.candidates import prefix_candidates
+from trace_gym.alloc.policies import uniform_roots
 from trace_gym.budget import Stopwatch
 from trace_gym.errors import AllocationError
 from trace_gym.mixture import MEMBER_KEY
@@ -37,6 +40,7 @@ from trace_gym.tree import RolloutTree, success_threshold_for
 
 __all__ = [
     "Described",
+    "cold_uniform",
     "expand",
     "env_id_of",
     "is_cost_aware",
@@ -117,7 +121,11 @@ def plan_roots(
     ]
     rng = np.random.default_rng(stable_seed("roots", ctx.seed, ctx.step))
     with ctx.stopwatch("allocator"):
-        raw = ctx.allocator.allocate_roots(cands, ctx.budget.roots, rng)
+        if cold_uniform(ctx):
+            group = int(getattr(ctx.allocator, "group_size", 8))  # the baseline's groups
+            raw = uniform_roots(len(cands), ctx.budget.roots, group, rng)
+        else:
+            raw = ctx.allocator.allocate_roots(cands, ctx.budget.roots, rng)
     counts = _check_counts(raw, len(cands), ctx.allocator, "root")
     spent = float(counts @ np.asarray(costs, dtype=float)) if len(cands) else 0.0
     if spent > ctx.budget.roots + 1e-6 or (
@@ -138,6 +146,14 @@ def plan_roots(
             [c.id, c.value] for c, m in zip(cands, counts, strict=True) if m == 0
         ]
     return works
+
+
+def cold_uniform(ctx: StepContext) -> bool:
+    """Whether the roots go uniformly this step: the predictor has no data yet and the
+    allocator ranks on predicted values (not true ones; `cold_start_uniform` overrides)."""
+    a = ctx.allocator
+    default = not getattr(a, "use_true_roots", False)
+    return ctx.cold_start and bool(getattr(a, "cold_start_uniform", default))
 
 
 def env_id_of(d: Described, default: str) -> str:

@@ -197,6 +197,9 @@ class StepContext:
     #: env ids of the candidates -> each one's root-rollout cost relative to their mean
     #: (None: every rollout costs 1; a multi-env mixture measures them, `trace_gym.mixture`)
     root_costs: Callable[[list[str]], list[float]] | None = None
+    #: the predictor has seen no data yet (`UncertainPredictor.has_data` False): roots go
+    #: uniformly, as the fixed-group baseline gives them, instead of ranked on a constant
+    cold_start: bool = False
 
     def __post_init__(self) -> None:
         if self.expansion not in EXPANSIONS:
