@@ -391,7 +391,8 @@ def _learned_goals(cfg: BenchConfig, summary, records, step2_pools) -> list[dict
     """Issue 25's learned-predictor goals (steps >= 1, depth-0 health vs the cell means)."""
     from trace_gym.bench.learned_goals import cell_gain_rank, depth0_health, learned_goals
 
-    rank = cell_gain_rank(step2_pools, cfg.preset, 2, cfg.drift) if step2_pools else None
+    with_reference = step2_pools and "first_visit" in summary["policies"]
+    rank = cell_gain_rank(step2_pools, cfg.preset, 2, cfg.drift) if with_reference else None
     summary["depth0_health"] = {str(k): v for k, v in depth0_health(records).items()}
     summary["cell_mean_gain_rank_step2"] = rank
     return learned_goals(summary["policies"], records, rank, paired_difference)
