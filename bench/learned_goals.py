@@ -141,7 +141,7 @@ def learned_goals(
         )
         add(
             "steps 1..: learned TRACE mixed groups per TE >= 95% of the first-visit reference's",
-            f"{t:.3f} vs {f:.3f} ({t / f:.0%}); step 0 (cold start) {late_mean(records, 'trace', 'mixed_per_te', 0):.3f} over all steps",
+            f"{t:.3f} vs {f:.3f} ({t / f if f else math.nan:.0%}); all steps incl. the step-0 cold start: {late_mean(records, 'trace', 'mixed_per_te', 0):.3f} vs {late_mean(records, 'first_visit', 'mixed_per_te', 0):.3f}",
             t >= MIXED_SHARE * f,
         )
     if "trace" in p and "grpo" in p:
@@ -151,7 +151,8 @@ def learned_goals(
         )
         add(
             "steps 1..: learned TRACE effective ratio >= 1.5x GRPO's",
-            f"{t:.1%} vs {g:.1%} ({t / g:.2f}x)",
+            f"{t:.1%} vs {g:.1%} ({t / g if g else math.nan:.2f}x); all steps: "
+            f"{late_mean(records, 'trace', 'effective_ratio', 0):.1%} vs {late_mean(records, 'grpo', 'effective_ratio', 0):.1%}",
             t >= EFF_RATIO * g,
         )
     out += _prefix_gap_goal(p, records, paired) if paired is not None else []
@@ -201,7 +202,7 @@ def _health_goals(records: Sequence[StepRecord], cell_rank: float | None) -> lis
         out.append(
             {
                 "goal": "gain_rank at depth 0 by step 2 >= 85% of the cell-mean reference's",
-                "measured": f"{g:.2f} vs {cell_rank:.2f} ({g / cell_rank:.0%}); by step: "
+                "measured": f"{g:.2f} vs {cell_rank:.2f} ({g / cell_rank if cell_rank else math.nan:.0%}); by step: "
                 + ", ".join(f"{h[s]['gain_rank']:.2f}" for s in h),
                 "met": g >= GAIN_SHARE * cell_rank,
             }
