@@ -1,8 +1,8 @@
 """`clue`: a Bayesian logistic model of the clue-to-success map, refit on every label so far.
 
 The predictor of docs/alloc.md ("The cold start and the `clue` predictor"), built to
-learn within the first few steps on prompts it has never seen. Three choices make it fast where `features` (online
-AdaGrad on one pass of a 6%-prefix batch) is slow:
+learn within the first few steps on prompts it has never seen. Three choices make it
+fast where `features` (online AdaGrad on one pass of a 6%-prefix batch) is slow:
 
 - **every outcome is a label**: the runner hands it every root and every inner prefix
   of every finished tree (``label_all = True``, `trace_gym.predict.training.every_label`),
