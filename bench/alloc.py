@@ -382,17 +382,18 @@ def run_bench(cfg: BenchConfig) -> BenchResult:
     summary["protocol"] = _protocol(cfg)
     summary["calibration"] = _calibration(cfg)
     summary["goals"] = goals(summary, cfg, records)
-    if source.has_true_value and cfg.env_id is None and "trace" in summary["policies"]:
+    policies = summary["policies"]
+    if source.has_true_value and cfg.env_id is None and {"trace", "first_visit"} <= set(policies):
         summary["goals"] += _learned_goals(cfg, summary, records, step2_pools)
     return BenchResult(cfg, summary, records)
 
 
 def _learned_goals(cfg: BenchConfig, summary, records, step2_pools) -> list[dict[str, Any]]:
-    """Issue 25's learned-predictor goals (steps >= 1, depth-0 health vs the cell means)."""
+    """Issue 25's learned-predictor goals (steps >= 1, depth-0 health vs the cell means);
+    computed beside the first-visit reference row (``--reference``), as in the goal runs."""
     from trace_gym.bench.learned_goals import cell_gain_rank, depth0_health, learned_goals
 
-    with_reference = step2_pools and "first_visit" in summary["policies"]
-    rank = cell_gain_rank(step2_pools, cfg.preset, 2, cfg.drift) if with_reference else None
+    rank = cell_gain_rank(step2_pools, cfg.preset, 2, cfg.drift) if step2_pools else None
     summary["depth0_health"] = {str(k): v for k, v in depth0_health(records).items()}
     summary["cell_mean_gain_rank_step2"] = rank
     return learned_goals(summary["policies"], records, rank, paired_difference)

@@ -103,7 +103,12 @@ def depth0_health(
         a["gain_rank"].append(gain_rank(v, z))
         a["ece"].append(ece(v, z))
         a["n"].append(float(v.size))
-    return {s: {k: float(np.nanmean(x)) for k, x in a.items()} for s, a in sorted(acc.items())}
+
+    def mean(x: list[float]) -> float:
+        x = [y for y in x if not math.isnan(y)]
+        return float(np.mean(x)) if x else math.nan
+
+    return {s: {k: mean(x) for k, x in a.items()} for s, a in sorted(acc.items())}
 
 
 def cell_gain_rank(pools: Sequence[Sequence[str]], preset: str, step: int, drift: bool) -> float:
