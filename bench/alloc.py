@@ -93,6 +93,8 @@ class BenchConfig:
     #: N replays per root (tree policies); flat policies get M (1 + N/2) roots instead
     replays_per_root: float = 2.0
     seeds: int = 1
+    #: seeds are seed_base .. seed_base + seeds - 1 (the final goal run: 100)
+    seed_base: int = 0
     #: allocation policies (empty: every registered one)
     policies: tuple[str, ...] = ()
     predictor: str = "bayes"
@@ -129,8 +131,8 @@ class BenchConfig:
             raise ConfigError(
                 "--env needs --policy scripted (the only generic policy the harness can build)"
             )
-        if self.steps < 1 or self.root_budget < 2 or self.seeds < 1:
-            raise ConfigError("need --steps >= 1, --roots >= 2 and --seeds >= 1")
+        if self.steps < 1 or self.root_budget < 2 or self.seeds < 1 or self.seed_base < 0:
+            raise ConfigError("need --steps >= 1, --roots >= 2, --seeds >= 1 and --seed-base >= 0")
         if (
             self.replays_per_root < 0
             or self.group_size < 2
@@ -170,6 +172,7 @@ class BenchConfig:
 #: ``cell_mean`` is the cell-mean reference, `trace_gym.bench.first_visit.CellMeanPredictor`)
 PREDICTOR_NAMES = (
     "bayes",
+    "clue",
     "features",
     "empirical",
     "constant",
@@ -389,7 +392,8 @@ def run_bench(cfg: BenchConfig) -> BenchResult:
         tqdm = None
     records: list[StepRecord] = []
     bar = None
-    for seed in range(cfg.seeds):
+    step2_pools: list[list[str]] = []
+    for seed in range(cfg.seed_base, cfg.seed_base + cfg.seeds):
         source = _env_source(cfg, seed) if cfg.env_id else _sim_source(cfg, seed)
         rows = _rows(cfg, source.has_true_value)
         if bar is None and tqdm is not None:
@@ -403,6 +407,7 @@ def run_bench(cfg: BenchConfig) -> BenchResult:
         pools = (
             candidate_pools(cfg, source, seed) if cfg.revisit else fresh_pools(cfg, source, seed)
         )
+        step2_pools += [[str(t) for t in pools[2]]] if len(pools) > 2 else []
         for label, name, pred in rows:
             runs = run_policy(cfg, source, name, seed, pools, predictor=pred, exact_log=True)
             for step, trees, report, exact in runs:
@@ -420,7 +425,21 @@ def run_bench(cfg: BenchConfig) -> BenchResult:
     summary["protocol"] = _protocol(cfg)
     summary["calibration"] = _calibration(cfg)
     summary["goals"] = goals(summary, cfg, records)
+    policies = summary["policies"]
+    if source.has_true_value and cfg.env_id is None and {"trace", "first_visit"} <= set(policies):
+        summary["goals"] += _learned_goals(cfg, summary, records, step2_pools)
     return BenchResult(cfg, summary, records)
+
+
+def _learned_goals(cfg: BenchConfig, summary, records, step2_pools) -> list[dict[str, Any]]:
+    """Issue 25's learned-predictor goals (steps >= 1, depth-0 health vs the cell means);
+    computed beside the first-visit reference row (``--reference``), as in the goal runs."""
+    from trace_gym.bench.learned_goals import cell_gain_rank, depth0_health, learned_goals
+
+    rank = cell_gain_rank(step2_pools, cfg.preset, 2, cfg.drift) if step2_pools else None
+    summary["depth0_health"] = {str(k): v for k, v in depth0_health(records).items()}
+    summary["cell_mean_gain_rank_step2"] = rank
+    return learned_goals(summary["policies"], records, rank, paired_difference)
 
 
 def candidate_pools(cfg: BenchConfig, source: _Source, seed: int) -> list[list[Any]]:
@@ -566,6 +585,7 @@ def _protocol(cfg: BenchConfig) -> dict[str, Any]:
         "prompts": cfg.protocol,
         "steps": cfg.steps,
         "seeds": cfg.seeds,
+        "seed_base": cfg.seed_base,
         "roots": cfg.root_budget,
         "replays_per_root": cfg.replays_per_root,
         "accounted_budget": cfg.accounted_budget,
@@ -852,6 +872,9 @@ def _parser() -> argparse.ArgumentParser:
         "--seeds", type=int, default=1, help="repeat with K seeds; report means and 95%% CIs"
     )
     p.add_argument(
+        "--seed-base", type=int, default=0, help="first seed (seeds BASE..BASE+K-1; default 0)"
+    )
+    p.add_argument(
         "--policies",
         default="",
         help="comma-separated allocation policies (default: all); TRACE-rule ones take options "
@@ -937,6 +960,11 @@ def _reference_args(p: argparse.ArgumentParser) -> None:
         help="add a TRACE row that opens at most K prompts per step (trace:max_prompts=K), "
         "e.g. GRPO's count, beside the uncapped one",
     )
+    p.add_argument(
+        "--oracle-prefix-ablation",
+        action="store_true",
+        help="add TRACE and adaptive roots / random prefixes rows with the oracle predictor",
+    )
 
 
 def _output_args(p: argparse.ArgumentParser) -> None:
@@ -986,8 +1014,11 @@ def _extra_rows(args: argparse.Namespace) -> tuple[tuple[str, str, str], ...]:
     rows = []
     for rho in [x.strip() for x in args.noisy_curve.split(",") if x.strip()]:
         rows.append((f"trace@noisy:{rho}", "trace", f"noisy:{rho}"))
-    if args.oracle_predictor_row:
+    if args.oracle_predictor_row or args.oracle_prefix_ablation:
         rows.append(("trace@oracle", "trace", "oracle"))
+    if args.oracle_prefix_ablation:
+        rnd = "trace_roots_random_prefixes"
+        rows.append((f"{rnd}@oracle", rnd, "oracle"))
     if args.reference:
         rows.append(("first_visit", "first_visit", args.predictor))
         rows.append(("cell_mean", "trace", "cell_mean"))
@@ -1007,6 +1038,7 @@ def _config(args: argparse.Namespace) -> BenchConfig:
         root_budget=args.root_budget,
         replays_per_root=args.replays_per_root,
         seeds=args.seeds,
+        seed_base=args.seed_base,
         policies=tuple(x.strip() for x in args.policies.split(",") if x.strip()),
         predictor=args.predictor,
         group_size=args.group_size,

@@ -143,6 +143,8 @@ class FirstVisitAllocator(TraceAllocator):
     """TRACE's root solver on posterior-expected gains given the prompt's clues (simulator only)."""
 
     name: ClassVar[str] = "first_visit"
+    #: its roots read the clue cells, not the predictor: no uniform cold start
+    cold_start_uniform: ClassVar[bool] = False
 
     def allocate_roots(
         self, candidates: Sequence[Candidate], budget: int, rng: np.random.Generator

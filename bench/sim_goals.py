@@ -3,7 +3,9 @@
 Runs the `bench alloc` invocations of the pre-registered protocol (docs/sim.md,
 "Benchmark protocol") one after another, each writing ``OUT_DIR/<name>.json``, then
 prints one line per goal. ``--only NAME,...`` runs a subset; ``--seeds``/``--steps``
-override the protocol's (say so when you report such figures).
+override the protocol's (say so when you report such figures). ``--seed-base B`` runs
+seeds B..B+K-1 (tuning: 0-4; the final figures: 100-104); ``--predictor`` is the
+predictor every policy learns (default ``clue``, the protocol's since issue 25).
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ from pathlib import Path
 
 from trace_gym.cli import Parser
 
+#: runs with their own step count (the others take --steps, protocol 4)
+STEPS = {"math-12": 12}
 #: name -> (bench alloc arguments, seeds); every run adds COMMON: fresh prompts, M=128, N=2
 COMMON = "--roots 128 --replays 2"
 RUNS: dict[str, tuple[str, int]] = {
@@ -26,9 +30,10 @@ RUNS: dict[str, tuple[str, int]] = {
     "hotpotqa": (
         "--preset hotpotqa --policies treepo,trace_roots_random_prefixes,"
         "uniform_roots_trace_prefixes,trace,oracle --reference "
-        "--shapes 512x2,512x6,1024x2 --scale 0.25",
+        "--shapes 512x2,512x6,1024x2 --scale 0.25 --oracle-prefix-ablation",
         5,
     ),
+    "math-12": ("--preset math --policies grpo,trace --reference", 5),
     "hotpotqa-prefix-share-0.3": ("--preset hotpotqa --policies trace --prefix-share 0.3", 5),
     "bfcl": ("--preset bfcl --policies grpo,treepo,trace,oracle", 2),
     "math-drift": ("--preset math --drift --policies grpo,treepo,trace", 5),
@@ -55,6 +60,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", default="", help=f"comma-separated subset of: {', '.join(RUNS)}")
     ap.add_argument("--seeds", type=int, default=None, help="override every run's seeds")
     ap.add_argument("--steps", type=int, default=4, help="steps per run (protocol: 4)")
+    ap.add_argument("--seed-base", type=int, default=0, help="first seed (final figures: 100)")
+    ap.add_argument("--predictor", default="clue", help="predictor of every run (default clue)")
     args = ap.parse_args(argv)
     names = [n.strip() for n in args.only.split(",") if n.strip()] or list(RUNS)
     unknown = [n for n in names if n not in RUNS]
@@ -68,7 +75,11 @@ def main(argv: list[str] | None = None) -> int:
     for name in names:
         extra, seeds = RUNS[name]
         path = args.out / f"{name}.json"
-        cmd = f"{COMMON} {extra} --seeds {args.seeds or seeds} --steps {args.steps} --no-progress --json {path}"
+        steps = STEPS.get(name, args.steps)
+        cmd = (
+            f"{COMMON} {extra} --seeds {args.seeds or seeds} --seed-base {args.seed_base} "
+            f"--steps {steps} --predictor {args.predictor} --no-progress --json {path}"
+        )
         t0 = time.time()
         print(f"== {name}: trace-gym bench alloc {cmd}", flush=True)
         rc = bench_main(cmd.split())

@@ -7,7 +7,9 @@ not build:
 - `allocate_roots`: score the candidate prompts and allocate the root rollouts (a
   `RootAllocation`); `root_works` builds one fresh `PromptWork` per selected prompt (a
   new tree with the root's value and allocation info, and its root `Episode`s);
-  `plan_roots` is the two in one;
+  `plan_roots` is the two in one; before the predictor has any data
+  (`StepContext.cold_start`) roots go uniformly in the allocator's fixed groups
+  (`uniform_roots`), except for allocators on true values (`cold_uniform`);
 - `replay_shares`: share the step's continuation budget over the selected prompts in
   proportion to their root counts (largest remainder, sums exactly);
 - `plan_replays`: score one prompt's prefixes and allocate its replays (a `ReplayPlan`:
@@ -41,6 +43,7 @@ import numpy as np
 from trace_gym.alloc import split_budget
 from trace_gym.alloc.base import Candidate, PrefixCandidate, VisitHistory
 from trace_gym.alloc.candidates import prefix_candidates
+from trace_gym.alloc.policies import uniform_roots
 from trace_gym.budget import Stopwatch
 from trace_gym.errors import AllocationError
 from trace_gym.mixture import env_id_of  # re-exported (its home is the mixture now)
@@ -54,6 +57,7 @@ __all__ = [
     "RootAllocation",
     "allocate_roots",
     "concentration_fn",
+    "cold_uniform",
     "env_id_of",
     "expand",
     "is_cost_aware",
@@ -177,7 +181,11 @@ def allocate_roots(
     ]
     rng = np.random.default_rng(stable_seed("roots", ctx.seed, ctx.step))
     with ctx.stopwatch("allocator"):
-        raw = ctx.allocator.allocate_roots(cands, ctx.budget.roots, rng)
+        if cold_uniform(ctx):
+            group = int(getattr(ctx.allocator, "group_size", 8))  # the baseline's groups
+            raw = uniform_roots(len(cands), ctx.budget.roots, group, rng)
+        else:
+            raw = ctx.allocator.allocate_roots(cands, ctx.budget.roots, rng)
     counts = _check_counts(raw, len(cands), ctx.allocator, "root")
     spent = float(counts @ np.asarray(costs, dtype=float)) if len(cands) else 0.0
     if spent > ctx.budget.roots + 1e-6 or (
@@ -210,6 +218,14 @@ def _concentrations(ctx: StepContext, states: list[State]) -> list[float | None]
     if ctx.concentration is None or not states:
         return [None] * len(states)
     return [float(x) for x in ctx.concentration(states)]
+
+
+def cold_uniform(ctx: StepContext) -> bool:
+    """Whether the roots go uniformly this step: the predictor has no data yet and the
+    allocator ranks on predicted values (not true ones; `cold_start_uniform` overrides)."""
+    a = ctx.allocator
+    default = not getattr(a, "use_true_roots", False)
+    return ctx.cold_start and bool(getattr(a, "cold_start_uniform", default))
 
 
 def _root_work(

@@ -400,13 +400,16 @@ class BranchingRunner:
     def _update_predictor(
         self, trees: list[RolloutTree], step: int, sw: Stopwatch
     ) -> dict[str, float]:
-        from trace_gym.predict import training_batch
+        from trace_gym.predict import every_label, training_batch
 
         rng = np.random.default_rng(stable_seed("predictor", self.config.seed, step))
         with sw("predictor"):
-            states, targets, weights = training_batch(
-                trees, prefix_share=self.config.prefix_share, rng=rng
-            )
+            if getattr(self.predictor, "label_all", False):  # it refits on every label
+                states, targets, weights = every_label(trees)
+            else:
+                states, targets, weights = training_batch(
+                    trees, prefix_share=self.config.prefix_share, rng=rng
+                )
             if len(states) == 0:
                 return {}
             metrics = self.predictor.update(states, targets, weights)  # type: ignore[union-attr]
@@ -440,6 +443,7 @@ def step_context(
         policy_retries=config.policy_retries,
         policy_version=policy_version(policy),
         expansion=config.expansion,
+        cold_start=predictor is not None and not getattr(predictor, "has_data", True),
     )
 
 

@@ -352,6 +352,9 @@ class StepContext:
     #: a + b of each state's Beta belief (None: the predictor gives point values; see
     #: `trace_gym.predict.base.UncertainPredictor`), copied into the allocator's records
     concentration: Callable[[list[State]], np.ndarray] | None = None
+    #: the predictor has seen no data yet (`UncertainPredictor.has_data` False): roots go
+    #: uniformly, as the fixed-group baseline gives them, instead of ranked on a constant
+    cold_start: bool = False
 
     def __post_init__(self) -> None:
         if self.expansion not in EXPANSIONS:

@@ -4,6 +4,8 @@
 - ``features``: hashed text n-grams of the shared serialisation + online logistic regression;
 - ``bayes``: the ``features`` text model as a prior, combined with each prompt's visit
   counts (Beta posterior), with uncertainty-aware prompt values for allocation;
+- ``clue``: a Bayesian logistic model on generic text features, refit on every root and
+  prefix label so far, with a Laplace posterior (`trace_gym.predict.clue`; docs/alloc.md);
 - ``constant``: 0.5 everywhere (the no-information baseline);
 - ``critic``: the LM critic (`trace_gym.agents.critic`; needs the ``train`` extra).
 - ``oracle`` / ``noisy``: exact simulator values, and exact values with noise sized to a
@@ -29,20 +31,29 @@ from trace_gym.compat import moved_names
 from trace_gym.errors import ConfigError, unknown
 from trace_gym.predict.base import Predictor, State, serialize, states_from_tree
 from trace_gym.predict.bayes import BayesPredictor
+from trace_gym.predict.clue import CluePredictor
 from trace_gym.predict.constant import ConstantPredictor
 from trace_gym.predict.empirical import EmpiricalPredictor
 from trace_gym.predict.features import FeaturePredictor
-from trace_gym.predict.training import TrainingBatch, quality_by_depth, spearman, training_batch
+from trace_gym.predict.training import (
+    TrainingBatch,
+    every_label,
+    quality_by_depth,
+    spearman,
+    training_batch,
+)
 
 __all__ = [
     "PREDICTORS",
     "BayesPredictor",
+    "CluePredictor",
     "ConstantPredictor",
     "EmpiricalPredictor",
     "FeaturePredictor",
     "Predictor",
     "State",
     "TrainingBatch",
+    "every_label",
     "make_predictor",
     "predictor_class",
     "predictor_entry_point",
@@ -59,6 +70,7 @@ PREDICTORS: dict[str, str] = {
     "empirical": "trace_gym.predict.empirical:EmpiricalPredictor",
     "features": "trace_gym.predict.features:FeaturePredictor",
     "bayes": "trace_gym.predict.bayes:BayesPredictor",
+    "clue": "trace_gym.predict.clue:CluePredictor",
     "constant": "trace_gym.predict.constant:ConstantPredictor",
     "critic": "trace_gym.agents.critic:CriticPredictor",
     "oracle": "trace_gym.sim.oracle:OraclePredictor",

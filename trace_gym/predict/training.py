@@ -20,7 +20,7 @@ from trace_gym.errors import ConfigError
 from trace_gym.predict.base import Predictor, State, states_from_tree
 from trace_gym.tree import Node, RolloutTree
 
-__all__ = ["TrainingBatch", "quality_by_depth", "spearman", "training_batch"]
+__all__ = ["TrainingBatch", "every_label", "quality_by_depth", "spearman", "training_batch"]
 
 
 class TrainingBatch(NamedTuple):
@@ -66,6 +66,22 @@ def training_batch(
         states += states_from_tree(trees[ti], [nid])
         targets.append(node.target)
         weights.append(node.num_leaves)
+    return TrainingBatch(states, np.asarray(targets, dtype=float), np.asarray(weights, dtype=float))
+
+
+def every_label(trees: Sequence[RolloutTree]) -> TrainingBatch:
+    """Every scored prompt and every inner prefix of `trees`, each with its leaf count.
+
+    What a predictor that refits on all labels (``label_all = True``, e.g. `clue`) is
+    trained on instead of `training_batch`'s sample.
+    """
+    states, targets, weights = [], [], []
+    for tree in trees:
+        tree.compute_targets()
+        nodes = ([tree.root] if tree.root.target is not None else []) + _inner(tree)
+        states += states_from_tree(tree, [n.id for n in nodes])
+        targets += [n.target for n in nodes]
+        weights += [n.num_leaves for n in nodes]
     return TrainingBatch(states, np.asarray(targets, dtype=float), np.asarray(weights, dtype=float))
 
 
