@@ -39,7 +39,7 @@ REFERENCE_SEED = 1_000_003
 MIN_CELL = 25
 
 
-def _cells(task) -> tuple[tuple, tuple]:
+def clue_cells(task) -> tuple[tuple, tuple]:
     fine = (task.topic, task.clue, task.turns, task.hints[:1], 0 in task.knife)
     return fine, (task.topic, task.clue)
 
@@ -54,7 +54,7 @@ def _pool(stem: str) -> tuple[np.ndarray, dict[tuple, list[int]]]:
     z = np.array([value_at(t, 0, 0, False, p.skill) for t in tasks])
     groups: dict[tuple, list[int]] = defaultdict(list)
     for i, t in enumerate(tasks):
-        fine, coarse = _cells(t)
+        fine, coarse = clue_cells(t)
         groups[fine].append(i)
         groups[coarse].append(i)
     return z, dict(groups)
@@ -76,7 +76,7 @@ def _cell_of(tid: str) -> tuple[str, tuple]:
 
     stem = parse_task_id(tid)[0]
     _, groups = _pool(stem)
-    fine, coarse = _cells(task_from_id(tid))
+    fine, coarse = clue_cells(task_from_id(tid))
     return stem, fine if len(groups.get(fine, ())) >= MIN_CELL else coarse
 
 

@@ -36,7 +36,7 @@ MIXED_SHARE, EFF_RATIO, PREFIX_SHARE, GAIN_SHARE, MAX_ECE = 0.95, 1.5, 0.70, 0.8
 
 @functools.lru_cache(maxsize=8)
 def _cell_table(stem: str) -> tuple[dict[tuple, float], dict[tuple, int]]:
-    from trace_gym.bench.first_visit import REFERENCE_SEED, REFERENCE_TASKS, _cells
+    from trace_gym.bench.first_visit import REFERENCE_SEED, REFERENCE_TASKS, clue_cells
 
     from trace_gym.sim.model import make_task, preset_for_stem, value_at
 
@@ -45,21 +45,21 @@ def _cell_table(stem: str) -> tuple[dict[tuple, float], dict[tuple, int]]:
     for i in range(REFERENCE_TASKS):
         t = make_task(p, REFERENCE_SEED, i)
         z = float(value_at(t, 0, 0, False, p.skill))
-        for key in _cells(t):
+        for key in clue_cells(t):
             groups[key].append(z)
     return {k: float(np.mean(v)) for k, v in groups.items()}, {k: len(v) for k, v in groups.items()}
 
 
 def cell_means(task_ids: Sequence[str]) -> np.ndarray:
     """Mean exact Z_0 of each task's clue cell (fine cell with enough tasks, else coarse)."""
-    from trace_gym.bench.first_visit import MIN_CELL, _cells
+    from trace_gym.bench.first_visit import MIN_CELL, clue_cells
 
     from trace_gym.sim.model import parse_task_id, task_from_id
 
     out = []
     for tid in task_ids:
         means, sizes = _cell_table(parse_task_id(tid)[0])
-        fine, coarse = _cells(task_from_id(tid))
+        fine, coarse = clue_cells(task_from_id(tid))
         out.append(means.get(fine if sizes.get(fine, 0) >= MIN_CELL else coarse, 0.5))
     return np.asarray(out, dtype=float)
 

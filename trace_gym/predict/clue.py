@@ -41,7 +41,7 @@ import numpy as np
 
 from trace_gym.errors import ConfigError
 from trace_gym.predict.base import State
-from trace_gym.predict.features import _FRACTION, _ngrams
+from trace_gym.predict.features import FRACTION, ngrams
 
 __all__ = ["CluePredictor", "clue_features"]
 
@@ -74,7 +74,7 @@ def _hashes(ns: str, grams: Sequence[str], dim: int) -> list[int]:
 def _fractions(text: str, ns: str, dim: int) -> _Part:
     """Every "word a/b" as its smoothed log-odds log((a + 0.5) / (b - a + 0.5)), keyed by the word."""
     out: _Part = {}
-    for w, a, b in _FRACTION.findall(text):
+    for w, a, b in FRACTION.findall(text):
         a, b = int(a), int(b)
         if b > 0:
             a = min(a, b)
@@ -85,7 +85,7 @@ def _fractions(text: str, ns: str, dim: int) -> _Part:
 
 @functools.lru_cache(maxsize=65536)
 def _prompt_part(prompt: str, dim: int, ngram: int) -> _Part:
-    words = {h: (1.0, 0) for h in _hashes("cp", _ngrams(prompt, ngram), dim)}
+    words = {h: (1.0, 0) for h in _hashes("cp", ngrams(prompt, ngram), dim)}
     return {**words, **_fractions(prompt, "cpf", dim)}
 
 
@@ -93,8 +93,8 @@ def _prompt_part(prompt: str, dim: int, ngram: int) -> _Part:
 def _turn_part(action: str, obs: str, dim: int, ngram: int) -> tuple[frozenset[int], _Part]:
     """(history unigram hashes, last-turn features: uni+bigrams and fractions) of one turn."""
     text = f"{action} {obs}"
-    last = {h: (1.0, 1) for h in _hashes("cl", _ngrams(text, ngram), dim)}
-    hist = frozenset(_hashes("ch", _ngrams(text, 1), dim))
+    last = {h: (1.0, 1) for h in _hashes("cl", ngrams(text, ngram), dim)}
+    hist = frozenset(_hashes("ch", ngrams(text, 1), dim))
     return hist, {**last, **_fractions(obs, "clf", dim)}
 
 

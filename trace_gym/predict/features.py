@@ -39,10 +39,10 @@ __all__ = ["FeaturePredictor", "featurize"]
 _WORD = re.compile(r"[a-z0-9]+(?:[-/.][a-z0-9]+)*")
 _NONCE = re.compile(r"^(?=[a-z0-9]*[0-9])[a-z0-9]+$")
 #: "gauge 6/9", "3/5 tests", "turn 2/4": a word and the fraction right after it
-_FRACTION = re.compile(r"([A-Za-z]+)\W{0,2}(\d+)\s*/\s*(\d+)")
+FRACTION = re.compile(r"([A-Za-z]+)\W{0,2}(\d+)\s*/\s*(\d+)")
 
 
-def _ngrams(text: str, n: int) -> list[str]:
+def ngrams(text: str, n: int) -> list[str]:
     # long unseparated tokens with digits (hashes, nonces, draft ids) never recur: drop them
     words = [w for w in _WORD.findall(text.lower()) if len(w) < 6 or not _NONCE.match(w)]
     out = list(words)
@@ -78,7 +78,7 @@ def _normalised(idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 @functools.lru_cache(maxsize=65536)
 def _prompt_part(prompt: str, dim: int, ngram: int) -> tuple[np.ndarray, np.ndarray]:
-    return _normalised(_hash("p", _ngrams(prompt, ngram), dim))
+    return _normalised(_hash("p", ngrams(prompt, ngram), dim))
 
 
 @functools.lru_cache(maxsize=262144)
@@ -87,10 +87,10 @@ def _turn_part(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """History unigram hashes, last-turn n-gram hashes, and fraction features of one turn."""
     text = f"{action} {obs}"
-    fracs = [(w.lower(), int(a), int(b)) for w, a, b in _FRACTION.findall(obs) if int(b) > 0]
+    fracs = [(w.lower(), int(a), int(b)) for w, a, b in FRACTION.findall(obs) if int(b) > 0]
     f_idx = _hash("frac", [w for w, _, _ in fracs], dim)
     f_val = np.array([math.log((min(a, b) + 0.5) / (b - min(a, b) + 0.5)) for _, a, b in fracs])
-    return _hash("h", _ngrams(text, 1), dim), _hash("l", _ngrams(text, ngram), dim), f_idx, f_val
+    return _hash("h", ngrams(text, 1), dim), _hash("l", ngrams(text, ngram), dim), f_idx, f_val
 
 
 @functools.lru_cache(maxsize=64)
