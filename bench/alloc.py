@@ -150,13 +150,26 @@ class BenchConfig:
         return "revisit" if self.revisit else "fresh"
 
 
-#: predictors the bench can build by name (``noisy:RHO`` sets the target Spearman)
-PREDICTOR_NAMES = ("bayes", "features", "empirical", "constant", "critic", "oracle", "noisy:RHO")
+#: predictors the bench can build by name (``noisy:RHO`` sets the target Spearman;
+#: ``critic:PRESET`` or ``critic:PRESET@PATH`` a critic preset and its local model copy)
+PREDICTOR_NAMES = (
+    "bayes",
+    "features",
+    "empirical",
+    "constant",
+    "critic",
+    "critic:PRESET[@PATH]",
+    "oracle",
+    "noisy:RHO",
+)
 
 
 def parse_predictor(spec: str) -> tuple[str, dict[str, Any]]:
-    """``"noisy:0.9"`` -> ("noisy", {"rho": 0.9}); other names take no options."""
+    """``"noisy:0.9"`` -> ("noisy", {"rho": 0.9}); ``"critic:qwen3-0.6b@/models/q"`` ->
+    ("critic", {"preset": "qwen3-0.6b", "model_path": "/models/q"}); other names take no options."""
     name, _, arg = str(spec).partition(":")
+    if name == "critic" and arg:
+        return name, _critic_spec(arg)
     if name == "noisy":
         try:
             rho = float(arg)
@@ -170,6 +183,17 @@ def parse_predictor(spec: str) -> tuple[str, dict[str, Any]]:
     if arg:
         raise ConfigError(f"predictor {name!r} takes no ':' option (got {spec!r})")
     return name, {}
+
+
+def _critic_spec(arg: str) -> dict[str, Any]:
+    from trace_gym.agents.critic import CRITIC_PRESETS
+
+    preset, _, path = arg.partition("@")
+    if preset not in CRITIC_PRESETS:
+        raise ConfigError(
+            f"--predictor critic:PRESET needs a preset in {', '.join(CRITIC_PRESETS)}, got {preset!r}"
+        )
+    return {"preset": preset, **({"model_path": path} if path else {})}
 
 
 @dataclass
@@ -794,7 +818,8 @@ def _parser() -> argparse.ArgumentParser:
         "--predictor",
         default="bayes",
         help="predictor every policy learns online: bayes (default: the features text model + "
-        "per-prompt visit counts), features, empirical, constant, critic; or the references "
+        "per-prompt visit counts), features, empirical, constant, critic (critic:qwen3-0.6b, "
+        "critic:qwen3-0.6b@PATH: the 0.6B preset from the hub or a local copy); or the references "
         "oracle (exact values) and noisy:RHO (exact values with noise sized to Spearman RHO)",
     )
     _protocol_args(p)

@@ -141,6 +141,8 @@ class StepRecord:
             "predictor_share": self.time_s.get("predictor", 0.0) / self.wall_s
             if self.wall_s
             else 0.0,
+            # the predictor's seconds in the step (predict + update), its share's numerator
+            "predictor_s": self.time_s.get("predictor", 0.0),
             "wall_s": self.wall_s,
         }
 
@@ -242,7 +244,13 @@ def _policy_row(recs: list[StepRecord], has_pred: bool) -> dict[str, Any]:
         row[k] = float(np.mean(per_seed[k]))
         row[k + "_ci"] = half if not math.isnan(mean) else math.nan
     steps = sorted({r.step for r in recs})
-    for key in ("effective_ratio", "mixed_groups", "mixed_per_te", "pairs_per_cost"):
+    for key in (
+        "effective_ratio",
+        "mixed_groups",
+        "mixed_per_te",
+        "pairs_per_cost",
+        "predictor_share",
+    ):
         row[f"{key}_by_step"] = [
             float(np.mean([r.metrics[key] for r in recs if r.step == s])) for s in steps
         ]
