@@ -85,6 +85,9 @@ class BenchConfig:
     #: allocation policies (empty: every registered one)
     policies: tuple[str, ...] = ()
     predictor: str = "bayes"
+    #: extra constructor options for `predictor` (rows with the same predictor name),
+    #: e.g. {"epochs": 6} or {"device": "cuda:1"} for the critic
+    predictor_kwargs: dict[str, Any] = field(default_factory=dict)
     #: fixed group size of uniform/flat policies
     group_size: int = 8
     m_max: int = 16
@@ -129,6 +132,10 @@ class BenchConfig:
         ):
             raise ConfigError("need 0 <= --prefix-share <= 1 and --candidates >= 1")
         parse_predictor(self.predictor)
+        if not isinstance(self.predictor_kwargs, dict):
+            raise ConfigError(
+                f"--predictor-kwargs must be a JSON object, got {self.predictor_kwargs!r}"
+            )
 
     @property
     def accounted_budget(self) -> float:
@@ -493,6 +500,8 @@ def run_policy(
         prefix_share=cfg.prefix_share,
     )
     pname, pkw = parse_predictor(predictor or cfg.predictor)
+    if pname == parse_predictor(cfg.predictor)[0]:
+        pkw = {**pkw, **cfg.predictor_kwargs}
     exact = exact_log and source.has_true_value and cfg.env_id is None
     pred = _Recorder(make_predictor(pname, **pkw)) if exact else make_predictor(pname, **pkw)
     runner = BranchingRunner(source.make_policy(), source.env_factory, allocator, pred, rcfg)
@@ -822,6 +831,11 @@ def _parser() -> argparse.ArgumentParser:
         "critic:qwen3-0.6b@PATH: the 0.6B preset from the hub or a local copy); or the references "
         "oracle (exact values) and noisy:RHO (exact values with noise sized to Spearman RHO)",
     )
+    p.add_argument(
+        "--predictor-kwargs",
+        default="{}",
+        help="JSON options for the predictor's constructor, e.g. '{\"epochs\": 6}' for critic",
+    )
     _protocol_args(p)
     _output_args(p)
     return p
@@ -953,6 +967,7 @@ def _config(args: argparse.Namespace) -> BenchConfig:
         seeds=args.seeds,
         policies=tuple(x.strip() for x in args.policies.split(",") if x.strip()),
         predictor=args.predictor,
+        predictor_kwargs=json.loads(args.predictor_kwargs),
         group_size=args.group_size,
         m_max=args.m_max,
         pool_factor=args.pool_factor,
@@ -975,6 +990,7 @@ def _title(cfg: BenchConfig) -> str:
         f"{cfg.steps} steps x {cfg.seeds} seed(s), {cfg.protocol} prompts, M={cfg.roots} N={cfg.replays:g} "
         f"({cfg.accounted_budget:.0f} trajectory-equivalents per step; flat policies {cfg.flat_roots} roots), "
         f"{cfg.candidates_per_step} candidates per step, predictor={cfg.predictor}"
+        + (f" {json.dumps(cfg.predictor_kwargs)}" if cfg.predictor_kwargs else "")
     )
 
 

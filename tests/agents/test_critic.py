@@ -202,3 +202,20 @@ def test_a_preset_built_on_a_local_backbone(critic):
     c = CriticPredictor(critic.model_path, preset="qwen3-0.6b", device="cpu", batch_size=4)
     assert (c.preset, c.max_tokens, c.epochs, c.batch_size) == ("qwen3-0.6b", 2048, 1, 4)
     assert [g["lr"] for g in c.opt.param_groups] == [1e-5, 1e-3]
+
+
+def test_bench_alloc_passes_predictor_kwargs_to_the_critic():
+    from trace_gym.bench.alloc import BenchConfig, run_bench
+
+    with pytest.raises(ConfigError, match="JSON object"):
+        BenchConfig(predictor="critic", predictor_kwargs=[1])  # type: ignore[arg-type]
+    cfg = BenchConfig(
+        predictor="critic:tiny",
+        predictor_kwargs={"epochs": 0},
+        policies=("trace",),
+        steps=1,
+        roots=8,
+        progress=False,
+    )
+    with pytest.raises(ConfigError, match="epochs >= 1"):  # the option reached the critic
+        run_bench(cfg)
