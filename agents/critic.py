@@ -25,6 +25,13 @@ Backbone: any transformers causal-LM directory or hub id (``model_path``; e.g. a
 Qwen3-0.6B), else a freshly built tiny Qwen3 (`trace_gym.agents.tiny.CRITIC_BACKBONE`,
 random init), which is what the CPU tests use. ``device`` may differ from the policy's (a separate
 GPU); on CUDA the forward runs under bf16 autocast with float32 master weights.
+
+Presets (`CRITIC_PRESETS`, ``preset=``): ``"tiny"`` (the CPU defaults above) and
+``"qwen3-0.6b"``, the paper's size for a GPU: ``Qwen/Qwen3-0.6B`` (a hub id; pass
+``model_path`` for a local copy), 2048 tokens, lr 1e-5 (head 1e-3), one epoch of batches
+of 32. An option passed explicitly wins over the preset's; an option left at None takes the
+preset's value. The 0.6B preset has not been run here (no GPU and no downloads were
+available); docs/agents.md, "The LM critic", gives the measured CPU figures.
 """
 
 from __future__ import annotations
@@ -40,10 +47,48 @@ from trace_gym.errors import ConfigError
 from trace_gym.optional import require
 from trace_gym.predict.base import ACTION_TAG, OBS_TAG, PROMPT_TAG, State
 
-__all__ = ["CriticPredictor"]
+__all__ = ["CRITIC_PRESETS", "CriticPredictor", "critic_options"]
 
 #: pooling -> multiple of the hidden size the head reads
 _POOLING = {"last": 1, "last+mean": 2}
+
+#: the options a preset sets (None elsewhere: the tiny CPU defaults)
+_DEFAULTS: dict[str, Any] = {
+    "model_path": None,
+    "max_tokens": 512,
+    "lr": 3e-4,
+    "head_lr": None,
+    "epochs": 2,
+    "batch_size": 16,
+}
+
+#: preset name -> the options it sets (docs/agents.md, "The LM critic")
+CRITIC_PRESETS: dict[str, dict[str, Any]] = {
+    "tiny": {},
+    "qwen3-0.6b": {
+        "model_path": "Qwen/Qwen3-0.6B",
+        "max_tokens": 2048,
+        "lr": 1e-5,
+        "head_lr": 1e-3,
+        "epochs": 1,
+        "batch_size": 32,
+    },
+}
+
+
+def critic_options(preset: str | None = None, **given: Any) -> dict[str, Any]:
+    """The preset-dependent options, checked: each given one that is not None, else the
+    preset's, else the tiny default (`_DEFAULTS`)."""
+    if preset is not None and preset not in CRITIC_PRESETS:
+        raise ConfigError(
+            f"unknown critic preset {preset!r}; choose one of {', '.join(CRITIC_PRESETS)}"
+        )
+    chosen = {**_DEFAULTS, **CRITIC_PRESETS.get(preset or "tiny", {})}
+    out = {k: given[k] if given.get(k) is not None else chosen[k] for k in _DEFAULTS}
+    if out["max_tokens"] < 8 or out["lr"] <= 0 or out["epochs"] < 1 or out["batch_size"] < 1:
+        raise ConfigError("critic needs max_tokens >= 8, lr > 0, epochs >= 1, batch_size >= 1")
+    return out
+
 
 logger = logging.getLogger(__name__)
 
@@ -52,10 +97,13 @@ class CriticPredictor:
     """LM critic: backbone + scalar head over the shared serialisation, trained with BCE.
 
     Args:
-        model_path: transformers model directory or hub id (None: a tiny random-init Qwen3).
-        max_tokens: token budget of one serialised state (history left-truncated).
-        lr: AdamW learning rate of the backbone; head_lr: of the head (default 10x lr).
-        epochs: passes over each update batch; batch_size: states per forward.
+        model_path: transformers model directory or hub id (None: the preset's; for "tiny",
+            a tiny random-init Qwen3).
+        preset: a name in `CRITIC_PRESETS` ("tiny" by default, "qwen3-0.6b"); it sets
+            model_path, max_tokens, lr, head_lr, epochs and batch_size where they are None.
+        max_tokens: token budget of one serialised state (history left-truncated; tiny: 512).
+        lr: AdamW learning rate of the backbone (tiny: 3e-4); head_lr: of the head (default 10x lr).
+        epochs: passes over each update batch (tiny: 2); batch_size: states per forward (tiny: 16).
         device: "cpu", "cuda", "cuda:1", ... (None: cuda when available, else cpu).
         prefix_share: prefix share of `batch` (the runner uses its own config's share).
         tiny: overrides for the tiny backbone's `TinyConfig` when model_path is None.
@@ -71,11 +119,12 @@ class CriticPredictor:
         self,
         model_path: str | None = None,
         *,
-        max_tokens: int = 512,
-        lr: float = 3e-4,
+        preset: str | None = None,
+        max_tokens: int | None = None,
+        lr: float | None = None,
         head_lr: float | None = None,
-        epochs: int = 2,
-        batch_size: int = 16,
+        epochs: int | None = None,
+        batch_size: int | None = None,
         device: str | None = None,
         prefix_share: float = 0.06,
         tiny: dict[str, Any] | None = None,
@@ -83,12 +132,43 @@ class CriticPredictor:
         weight_decay: float = 0.01,
         seed: int = 0,
     ):
+        opts = critic_options(
+            preset,
+            model_path=model_path,
+            max_tokens=max_tokens,
+            lr=lr,
+            head_lr=head_lr,
+            epochs=epochs,
+            batch_size=batch_size,
+        )
         if pooling not in _POOLING:
             raise ConfigError(f"pooling must be one of {sorted(_POOLING)}, got {pooling!r}")
-        if max_tokens < 8 or lr <= 0 or epochs < 1 or batch_size < 1:
-            raise ConfigError("critic needs max_tokens >= 8, lr > 0, epochs >= 1, batch_size >= 1")
         if not 0.0 <= prefix_share <= 1.0:
             raise ConfigError(f"prefix_share must be in [0, 1], got {prefix_share}")
+        self.preset, self.pooling = preset or "tiny", pooling
+        self.max_tokens, self.epochs, self.batch_size = (
+            int(opts["max_tokens"]),
+            int(opts["epochs"]),
+            int(opts["batch_size"]),
+        )
+        self.prefix_share = float(prefix_share)
+        self._load(opts["model_path"], tiny, device, seed)
+        torch = require("torch", "train")
+        lr = float(opts["lr"])
+        self.opt = torch.optim.AdamW(
+            [
+                {"params": self.backbone.parameters(), "lr": lr},
+                {"params": self.head.parameters(), "lr": opts["head_lr"] or 10 * lr},
+            ],
+            weight_decay=weight_decay,
+        )
+        self.rng = np.random.default_rng(seed)
+        self.updates = 0
+
+    def _load(
+        self, model_path: str | None, tiny: dict[str, Any] | None, device: str | None, seed: int
+    ) -> None:
+        """Tokenizer, backbone (float32 master weights) and the zero-initialised head."""
         torch = require("torch", "train", what="the LM critic (torch)")
         transformers = require("transformers", "train", what="the LM critic (transformers)")
         if model_path is None:
@@ -107,25 +187,9 @@ class CriticPredictor:
             self.device
         )
         hidden = self.backbone.config.hidden_size
-        self.pooling = pooling
-        self.head = torch.nn.Linear(hidden * _POOLING[pooling], 1).to(self.device)
+        self.head = torch.nn.Linear(hidden * _POOLING[self.pooling], 1).to(self.device)
         torch.nn.init.zeros_(self.head.weight)
         torch.nn.init.zeros_(self.head.bias)
-        self.opt = torch.optim.AdamW(
-            [
-                {"params": self.backbone.parameters(), "lr": lr},
-                {"params": self.head.parameters(), "lr": head_lr or 10 * lr},
-            ],
-            weight_decay=weight_decay,
-        )
-        self.max_tokens, self.epochs, self.batch_size = (
-            int(max_tokens),
-            int(epochs),
-            int(batch_size),
-        )
-        self.prefix_share = float(prefix_share)
-        self.rng = np.random.default_rng(seed)
-        self.updates = 0
 
     # ------------------------------------------------------------------ encoding
     def encode(self, state: State) -> list[int]:

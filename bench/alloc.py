@@ -98,6 +98,9 @@ class BenchConfig:
     #: allocation policies (empty: every registered one)
     policies: tuple[str, ...] = ()
     predictor: str = "bayes"
+    #: extra constructor options for `predictor` (rows with the same predictor name),
+    #: e.g. {"epochs": 6} or {"device": "cuda:1"} for the critic
+    predictor_kwargs: dict[str, Any] = field(default_factory=dict)
     #: fixed group size of uniform/flat policies
     group_size: int = 8
     m_max: int = 16
@@ -147,6 +150,10 @@ class BenchConfig:
         ):
             raise ConfigError("need 0 <= --prefix-share <= 1 and --candidates >= 1")
         parse_predictor(self.predictor)
+        if not isinstance(self.predictor_kwargs, dict):
+            raise ConfigError(
+                f"--predictor-kwargs must be a JSON object, got {self.predictor_kwargs!r}"
+            )
 
     @property
     def accounted_budget(self) -> float:
@@ -169,7 +176,8 @@ class BenchConfig:
 
 
 #: predictors the bench can build by name (``noisy:RHO`` sets the target Spearman;
-#: ``cell_mean`` is the cell-mean reference, `trace_gym.bench.first_visit.CellMeanPredictor`)
+#: ``cell_mean`` is the cell-mean reference, `trace_gym.bench.first_visit.CellMeanPredictor`;
+#: ``critic:PRESET`` or ``critic:PRESET@PATH`` a critic preset and its local model copy)
 PREDICTOR_NAMES = (
     "bayes",
     "clue",
@@ -177,6 +185,7 @@ PREDICTOR_NAMES = (
     "empirical",
     "constant",
     "critic",
+    "critic:PRESET[@PATH]",
     "oracle",
     "noisy:RHO",
     "cell_mean",
@@ -205,8 +214,11 @@ def parse_policy(spec: str) -> tuple[str, dict[str, Any]]:
 
 
 def parse_predictor(spec: str) -> tuple[str, dict[str, Any]]:
-    """``"noisy:0.9"`` -> ("noisy", {"rho": 0.9}); other names take no options."""
+    """``"noisy:0.9"`` -> ("noisy", {"rho": 0.9}); ``"critic:qwen3-0.6b@/models/q"`` ->
+    ("critic", {"preset": "qwen3-0.6b", "model_path": "/models/q"}); other names take no options."""
     name, _, arg = str(spec).partition(":")
+    if name == "critic" and arg:
+        return name, _critic_spec(arg)
     if name == "noisy":
         try:
             rho = float(arg)
@@ -220,6 +232,17 @@ def parse_predictor(spec: str) -> tuple[str, dict[str, Any]]:
     if arg:
         raise ConfigError(f"predictor {name!r} takes no ':' option (got {spec!r})")
     return name, {}
+
+
+def _critic_spec(arg: str) -> dict[str, Any]:
+    from trace_gym.agents.critic import CRITIC_PRESETS
+
+    preset, _, path = arg.partition("@")
+    if preset not in CRITIC_PRESETS:
+        raise ConfigError(
+            f"--predictor critic:PRESET needs a preset in {', '.join(CRITIC_PRESETS)}, got {preset!r}"
+        )
+    return {"preset": preset, **({"model_path": path} if path else {})}
 
 
 @dataclass
@@ -487,6 +510,8 @@ def _make_predictor(cfg: BenchConfig, spec: str):
     from trace_gym.predict import make_predictor
 
     name, kw = parse_predictor(spec)
+    if name == parse_predictor(cfg.predictor)[0]:  # --predictor-kwargs: the run's predictor
+        kw = {**kw, **cfg.predictor_kwargs}
     if name == "cell_mean":
         from trace_gym.bench.first_visit import CellMeanPredictor
 
@@ -884,8 +909,14 @@ def _parser() -> argparse.ArgumentParser:
         "--predictor",
         default="bayes",
         help="predictor every policy learns online: bayes (default: the features text model + "
-        "per-prompt visit counts), features, empirical, constant, critic; or the references "
+        "per-prompt visit counts), features, empirical, constant, critic (critic:qwen3-0.6b, "
+        "critic:qwen3-0.6b@PATH: the 0.6B preset from the hub or a local copy); or the references "
         "oracle (exact values) and noisy:RHO (exact values with noise sized to Spearman RHO)",
+    )
+    p.add_argument(
+        "--predictor-kwargs",
+        default="{}",
+        help="JSON options for the predictor's constructor, e.g. '{\"epochs\": 6}' for critic",
     )
     _protocol_args(p)
     _reference_args(p)
@@ -1041,6 +1072,7 @@ def _config(args: argparse.Namespace) -> BenchConfig:
         seed_base=args.seed_base,
         policies=tuple(x.strip() for x in args.policies.split(",") if x.strip()),
         predictor=args.predictor,
+        predictor_kwargs=json.loads(args.predictor_kwargs),
         group_size=args.group_size,
         m_max=args.m_max,
         pool_factor=args.pool_factor,
@@ -1063,6 +1095,7 @@ def _title(cfg: BenchConfig) -> str:
         f"{cfg.steps} steps x {cfg.seeds} seed(s), {cfg.protocol} prompts, M={cfg.root_budget} N={cfg.replays_per_root:g} "
         f"({cfg.accounted_budget:.0f} trajectory-equivalents per step; flat policies {cfg.flat_roots} roots), "
         f"{cfg.candidates_per_step} candidates per step, predictor={cfg.predictor}"
+        + (f" {json.dumps(cfg.predictor_kwargs)}" if cfg.predictor_kwargs else "")
     )
 
 

@@ -58,7 +58,14 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
 )
 
 #: per-step series in every summary row (mean over seeds at each step)
-BY_STEP = ("effective_ratio", "mixed_groups", "mixed_per_te", "pairs_per_cost", "distinct_prompts")
+BY_STEP = (
+    "effective_ratio",
+    "mixed_groups",
+    "mixed_per_te",
+    "pairs_per_cost",
+    "distinct_prompts",
+    "predictor_share",
+)
 
 # two-sided 95% Student t quantiles by degrees of freedom (df > 30: normal)
 _T95 = {
@@ -150,6 +157,8 @@ class StepRecord:
             "predictor_share": self.time_s.get("predictor", 0.0) / self.wall_s
             if self.wall_s
             else 0.0,
+            # the predictor's seconds in the step (predict + update), its share's numerator
+            "predictor_s": self.time_s.get("predictor", 0.0),
             "wall_s": self.wall_s,
         }
 

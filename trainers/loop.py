@@ -51,6 +51,7 @@ from trace_gym.trainers.config import TrainConfig
 from trace_gym.trainers.data import Sample, collate, sample_from_unit
 from trace_gym.trainers.loggers import check_backends, make_loggers, scalars
 from trace_gym.trainers.losses import LossOutput, entropy_from_logits, policy_loss, token_logprobs
+from trace_gym.trainers.predictor_metrics import predictor_metrics
 from trace_gym.trainers.sync import sync_weights
 
 from trace_gym.budget import StepReport
@@ -189,6 +190,7 @@ def step_metrics(
         **{f"predictor_{k}": v for k, v in rep["predictor_update"].items()},
         **flat_env_metrics(trees),  # a mixture: effective ratio, success, tokens per env
         **health_metrics(trees),  # predictor health by depth (docs/alloc.md)
+        **predictor_metrics(trees, rep["time_s"].get("predictor", 0.0), t_roll + t_train),
     }
 
 

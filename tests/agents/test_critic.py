@@ -166,3 +166,56 @@ def test_critic_beats_features_on_held_out_sim_trees():
     print(f"mean over steps: critic {c:.3f}, features {f:.3f}")
     assert c > f
     assert curve[-1][0] > curve[-1][1]
+
+
+def test_presets_set_the_options_left_unset():
+    from trace_gym.agents.critic import CRITIC_PRESETS, critic_options
+    from trace_gym.bench.alloc import parse_predictor
+
+    tiny = critic_options()
+    assert (tiny["model_path"], tiny["max_tokens"], tiny["lr"], tiny["epochs"]) == (
+        None,
+        512,
+        3e-4,
+        2,
+    )
+    big = critic_options("qwen3-0.6b")
+    assert big == {**tiny, **CRITIC_PRESETS["qwen3-0.6b"]}
+    assert big["model_path"] == "Qwen/Qwen3-0.6B" and big["lr"] == 1e-5
+    local = critic_options("qwen3-0.6b", model_path="/models/q", lr=2e-5)
+    assert (local["model_path"], local["lr"], local["max_tokens"]) == ("/models/q", 2e-5, 2048)
+    with pytest.raises(ConfigError, match="unknown critic preset 'qwen9'"):
+        critic_options("qwen9")
+    with pytest.raises(ConfigError, match="lr > 0"):
+        critic_options(lr=-1.0)
+    assert parse_predictor("critic") == ("critic", {})
+    assert parse_predictor("critic:qwen3-0.6b@/models/q") == (
+        "critic",
+        {"preset": "qwen3-0.6b", "model_path": "/models/q"},
+    )
+    with pytest.raises(ConfigError, match="needs a preset"):
+        parse_predictor("critic:big")
+
+
+def test_a_preset_built_on_a_local_backbone(critic):
+    """The 0.6B preset's options on a local directory (here the tiny backbone: no download)."""
+    c = CriticPredictor(critic.model_path, preset="qwen3-0.6b", device="cpu", batch_size=4)
+    assert (c.preset, c.max_tokens, c.epochs, c.batch_size) == ("qwen3-0.6b", 2048, 1, 4)
+    assert [g["lr"] for g in c.opt.param_groups] == [1e-5, 1e-3]
+
+
+def test_bench_alloc_passes_predictor_kwargs_to_the_critic():
+    from trace_gym.bench.alloc import BenchConfig, run_bench
+
+    with pytest.raises(ConfigError, match="JSON object"):
+        BenchConfig(predictor="critic", predictor_kwargs=[1])  # type: ignore[arg-type]
+    cfg = BenchConfig(
+        predictor="critic:tiny",
+        predictor_kwargs={"epochs": 0},
+        policies=("trace",),
+        steps=1,
+        roots=8,
+        progress=False,
+    )
+    with pytest.raises(ConfigError, match="epochs >= 1"):  # the option reached the critic
+        run_bench(cfg)
