@@ -42,7 +42,9 @@ def test_every_excluded_slow_test_exists_is_slow_and_has_a_reason():
 
 def test_ci_runs_the_readme_test_command_first_then_the_slow_set():
     steps = [ln for ln in (ROOT / ".ci" / "run").read_text().splitlines() if ln.startswith("make ")]
-    assert steps[0] == 'make test VENV="$VENV"' and steps[1].startswith("make test-slow ")
+    assert steps[0] == 'make test VENV="$VENV"'
+    assert 'make lint VENV="$VENV"' in steps  # ruff check, ruff format --check, mypy
+    assert [s for s in steps if s.startswith("make test-slow ")], "CI runs the slow set"
     assert "\nmake test " in (ROOT / "README.md").read_text()
     assert "ci_slow_excluded.txt" in (ROOT / ".ci" / "run").read_text()
     makefile = (ROOT / "Makefile").read_text()

@@ -1,6 +1,6 @@
 """BranchingRunner: turn one step's rollout budget into one rollout tree per prompt.
 
-One step (../shared/TRACE.md "One training step"):
+One step (docs/runner.md "What one step does"):
 
 1. score the candidate prompts with the predictor (a `State` at depth 0);
 2. allocate the M root rollouts over them (most get 0, a selected prompt >= 2);

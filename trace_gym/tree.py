@@ -6,7 +6,7 @@ and logprobs when the policy gives them, the observation that followed, its toke
 when the policy tokenised it). A path is a walk from the root. Leaves end an episode
 (terminated, truncated, or failed) and carry the episode reward.
 
-Definitions (../shared/ALGORITHMS.md "Metrics"):
+Definitions (docs/alloc.md "Metrics" and the benchmark tables of docs/runner.md use them):
 
 - success: a leaf whose reward is >= ``success_threshold`` (the *success event*);
 - target of a node: the success rate of the (non-failed) leaves below it, bottom-up;

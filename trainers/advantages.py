@@ -4,7 +4,7 @@ Every optimiser is a pure function ``fn(trees, *, std=True, eps=1e-6, prompt_wei
 -> list[TrainUnit]`` registered in `ADVANTAGES`. A `TrainUnit` names the tokens it trains
 by node ids (the turns of those nodes, conditioned on the path above them), the scalar
 advantage broadcast to those tokens and a per-token weight. References:
-../shared/ALGORITHMS.md.
+docs/trainers.md "Advantages".
 
 Rules (our choices where the papers leave room are marked *choice*):
 

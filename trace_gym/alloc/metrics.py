@@ -1,4 +1,4 @@
-"""What an allocation is expected to buy and what it costs (ALGORITHMS.md "Metrics").
+"""What an allocation is expected to buy and what it costs (docs/alloc.md "Metrics").
 
 - expected mixed groups: sum f(v_i, m_i) of the root allocation, under the predicted
   values and (simulator only) the true ones; v is the probability of the success event
@@ -93,7 +93,7 @@ def accounted_cost(root_counts, replay_counts=(), replay_cost: float = 0.5) -> f
     """Trajectory-equivalents: every root rollout costs 1, every replay `replay_cost`.
 
     `root_counts` and `replay_counts` are counts (arrays or ints); M roots with N
-    replays each cost M (1 + N replay_cost), TRACE.md "Budget accounting".
+    replays each cost M (1 + N replay_cost), docs/alloc.md "The budget an allocator is handed".
     """
     if not replay_cost >= 0:
         raise AllocationError(f"replay_cost must be >= 0; got {replay_cost}")

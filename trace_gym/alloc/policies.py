@@ -187,7 +187,7 @@ class TraceAllocator(FlatAllocator):
 
 
 class OracleAllocator(TraceAllocator):
-    """Oracle (ALGORITHMS.md "Extra allocation baselines"): the TRACE rule on true probabilities.
+    """Oracle (docs/alloc.md "The policies"): the TRACE rule on true probabilities.
 
     Needs `Candidate.true_value` / `PrefixCandidate.true_value`, which only the simulator
     provides: the upper bound every learned allocator is measured against.
@@ -222,7 +222,7 @@ class UniformRootsTracePrefixes(TraceAllocator):
 
 
 class TreePOAllocator(FlatAllocator):
-    """TreePO as the TRACE paper runs it (ALGORITHMS.md "TreePO"): same trees, random branch points.
+    """TreePO as the TRACE paper runs it (docs/alloc.md "The policies"): same trees, random branch points.
 
     Roots: `group_size` rollouts for as many randomly drawn prompts as the budget allows;
     prefixes: every replay picks a visited prefix uniformly at random. This is also the

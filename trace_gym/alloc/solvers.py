@@ -1,6 +1,6 @@
 """Exact solvers for TRACE's two allocation problems (pure numpy, no state).
 
-Root problem (../shared/TRACE.md "Prompt level"): given success probabilities
+Root problem (docs/alloc.md "The solvers"): given success probabilities
 v_1..v_P, a budget B and a cap m_max, choose m_i in {0} U {2..m_max} with
 sum m_i = B maximising sum f(v_i, m_i), where
 
@@ -30,7 +30,7 @@ sum m_i = B maximising sum f(v_i, m_i), where
   argmax/argmin over prompts, so the repair is O(P).
   Total cost: one `np.partition` over P * m_max increments plus O(P * m_max) numpy.
 
-Prefix problem ("Prefix level"): a prompt's continuation budget K is split over its
+Prefix problem (the same section): a prompt's continuation budget K is split over its
 visited prefixes, maximising sum (1 - q_j^{k_j}) with q = r V + (1 - r)(1 - V), the
 chance that one replay repeats the known outcome r. Gains q^(k-1)(1 - q) shrink with
 k, so a max-heap greedy is exact for equal replay costs; `costs=` switches to an

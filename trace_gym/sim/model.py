@@ -18,7 +18,7 @@ success probability from any history is a backward recursion over (t, k)::
               + p_move(t, k) sum_a pi_t(a) V[t+1, k + d[t, a]]
 
 computed once per (task, skill) as a (T+1, 2R+1) table (R = the largest reachable
-|k|) and cached. Z_t = V[t, k_t] is the martingale of ../shared/TRACE.md.
+|k|) and cached. Z_t = V[t, k_t] is the martingale of docs/sim.md "The model".
 """
 
 from __future__ import annotations
