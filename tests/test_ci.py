@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import re
+import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -109,3 +110,22 @@ def test_ci_runs_the_verl_tests_in_their_own_fresh_venv_where_they_cannot_skip()
     text = (ROOT / "pyproject.toml").read_text()
     all_line = next(ln for ln in text.splitlines() if ln.startswith("all = "))
     assert "verl" not in all_line
+
+
+def test_make_lint_runs_ruff_format_and_mypy_on_the_configured_modules():
+    makefile = (ROOT / "Makefile").read_text()
+    lint = makefile.split("\nlint:", 1)[1].split("\n\n", 1)[0]
+    for command in ("-m ruff check .", "-m ruff format --check .", "-m mypy"):
+        assert command in lint, command
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    files = config["tool"]["mypy"]["files"]
+    assert all((ROOT / f).exists() for f in files), files
+    for core in (
+        "trace_gym/core.py",
+        "trace_gym/runner.py",
+        "trace_gym/alloc",
+        "trace_gym/predict",
+    ):
+        assert core in files
+    dev = config["project"]["optional-dependencies"]["dev"]
+    assert any(d.startswith("mypy==") for d in dev), "mypy is pinned in the dev extra"

@@ -17,6 +17,7 @@ import contextlib
 import importlib
 import sys
 from collections.abc import Callable, Iterator
+from typing import NoReturn
 
 from trace_gym.errors import TraceGymError
 
@@ -160,7 +161,7 @@ class UsageError(TraceGymError):
     """A command line argparse refused (raised instead of argparse's usage-and-exit)."""
 
 
-def _usage_error(parser: argparse.ArgumentParser, message: str):
+def _usage_error(parser: argparse.ArgumentParser, message: str) -> NoReturn:
     raise UsageError(f"{message} (see {parser.prog} --help)")
 
 
@@ -168,7 +169,7 @@ def _usage_error(parser: argparse.ArgumentParser, message: str):
 def _argparse_raises() -> Iterator[None]:
     """Make every `argparse.ArgumentParser` raise `UsageError` instead of printing usage and exiting."""
     original = argparse.ArgumentParser.error
-    argparse.ArgumentParser.error = _usage_error  # type: ignore[method-assign]
+    argparse.ArgumentParser.error = _usage_error  # type: ignore[method-assign,assignment]
     try:
         yield
     finally:

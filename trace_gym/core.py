@@ -18,9 +18,9 @@ from __future__ import annotations
 import copy
 import pickle
 import string
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, NamedTuple
+from typing import Any, ClassVar, NamedTuple, Protocol, runtime_checkable
 
 import gymnasium as gym
 import numpy as np
@@ -34,7 +34,16 @@ from trace_gym.errors import (
     TaskNotFound,
 )
 
-__all__ = ["Checkpoint", "FreeText", "TraceEnv", "Transition", "checkpoint", "restore", "unwrap"]
+__all__ = [
+    "Checkpoint",
+    "ExactValue",
+    "FreeText",
+    "TraceEnv",
+    "Transition",
+    "checkpoint",
+    "restore",
+    "unwrap",
+]
 
 
 class FreeText(gym.spaces.Space[str]):
@@ -68,7 +77,7 @@ class FreeText(gym.spaces.Space[str]):
     def __eq__(self, other: object) -> bool:
         return isinstance(other, FreeText) and other.max_length == self.max_length
 
-    def to_jsonable(self, sample_n: Sequence[str]) -> list[str]:
+    def to_jsonable(self, sample_n: Iterable[str]) -> list[str]:
         return list(sample_n)
 
     def from_jsonable(self, sample_n: Sequence[str]) -> list[str]:
@@ -109,6 +118,13 @@ class Transition(NamedTuple):
     info: dict[str, Any]
 
 
+@runtime_checkable
+class ExactValue(Protocol):
+    """An env that knows the exact success probability of its current state (`trace/Sim-v0`)."""
+
+    def true_value(self) -> float: ...
+
+
 class TraceEnv(gym.Env[str, str]):
     """Base class of every trace-gym environment.
 
@@ -132,7 +148,7 @@ class TraceEnv(gym.Env[str, str]):
 
     #: "ansi" renders the transcript; a text env has no frame rate, but gymnasium's checker
     #: warns on every env that declares render modes without one, so declare one frame per turn
-    metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi"], "render_fps": 1}
+    metadata: dict[str, Any] = {"render_modes": ["ansi"], "render_fps": 1}
     #: longest assistant message `step` passes to `_step` (characters); a longer one is
     #: answered by `_reject_action` as an observation. Set per instance (an env's
     #: ``max_action_chars=`` argument, or ``env.unwrapped.max_action_chars = n``).

@@ -46,7 +46,7 @@ import numpy as np
 from trace_gym import plan
 from trace_gym.alloc.base import Allocator, VisitHistory
 from trace_gym.budget import Budget, StepReport, Stopwatch
-from trace_gym.core import unwrap
+from trace_gym.core import ExactValue, unwrap
 from trace_gym.errors import BranchFailures, ConfigError
 from trace_gym.mixture import ROLLOUT_COSTS, RolloutCosts
 from trace_gym.policy import Policy, policy_version
@@ -276,7 +276,8 @@ class BranchingRunner:
                 prompt, info = env.reset(
                     seed=stable_seed("describe", task_id), options={"task": task_id}
                 )
-                tv = float(unwrap(env).true_value()) if exact else None
+                base = unwrap(env)
+                tv = float(base.true_value()) if isinstance(base, ExactValue) and exact else None
         finally:
             self.pool.give_back(env)
         self._prompts[task_id] = (prompt, info)
@@ -294,7 +295,8 @@ class BranchingRunner:
             )
             if len(states) == 0:
                 return {}
-            metrics = self.predictor.update(states, targets, weights)  # type: ignore[union-attr]
+            predictor = self.predictor  # run_step calls this only when there is one
+            metrics = {} if predictor is None else predictor.update(states, targets, weights)
         return {k: float(v) for k, v in (metrics or {}).items()}
 
 
@@ -338,9 +340,9 @@ def _update_history(history: dict[str, VisitHistory], trees: list[RolloutTree]) 
     """Record each visited prompt's root-rollout rewards (unbiased by replays)."""
     for tree in trees:
         rewards = [
-            float(leaf.reward)  # type: ignore[arg-type]
+            float(leaf.reward)
             for leaf in tree.leaves(include_failed=False)
-            if leaf.origin == "rollout"
+            if leaf.origin == "rollout" and leaf.reward is not None
         ]
         if not rewards:
             continue

@@ -29,7 +29,7 @@ import gymnasium as gym
 import numpy as np
 
 from trace_gym.budget import Budget, Event, StepReport, Stopwatch
-from trace_gym.core import Checkpoint, unwrap
+from trace_gym.core import Checkpoint, ExactValue, unwrap
 from trace_gym.errors import ConfigError, EngineUnavailable, PolicyError
 from trace_gym.mixture import member_task_id
 from trace_gym.policy import Conversation, Policy, PolicyOutput
@@ -425,14 +425,17 @@ class StepScheduler:
             self._record(ep, turn, conv.seed, None)
             ep.done, ep.truncated, ep.overflow = True, True, True
             return
-        base = unwrap(ep.env)
+        env = ep.env
+        assert env is not None, "a live episode holds an env (_start gave it one)"
+        base = unwrap(env)
+        exact = base if self._true_value_known and isinstance(base, ExactValue) else None
         try:
             with self._sw("env"):
-                obs, reward, terminated, truncated, info = ep.env.step(out.text)
+                obs, reward, terminated, truncated, info = env.step(out.text)
                 rep.env_steps += 1
-                tv = float(base.true_value()) if self._true_value_known else None
+                tv = None if exact is None else float(exact.true_value())
                 done = bool(terminated or truncated)
-                ckpt = (base.checkpoint(), ep.env) if ep.kind == "rollout" and not done else None
+                ckpt = (base.checkpoint(), env) if ep.kind == "rollout" and not done else None
         except Exception as e:  # noqa: BLE001 - a broken branch is data
             self._fail(ep, _exc("env.step", "env", e), env_error=True, seed=conv.seed, out=out)
             return
@@ -537,8 +540,9 @@ class StepScheduler:
                     policy_version=version,
                 )
                 node_id = node.id
-                if ep.checkpoints[k] is not None:
-                    w.checkpoints[node_id] = ep.checkpoints[k]  # type: ignore[assignment]
+                taken = ep.checkpoints[k]
+                if taken is not None:
+                    w.checkpoints[node_id] = taken
             failed = ep.error is not None
             tree.finish(
                 node_id,

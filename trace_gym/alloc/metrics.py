@@ -82,11 +82,11 @@ def expected_flips(prefixes: Sequence[PrefixCandidate], counts) -> ExpectedGain:
     """Expected number of prefixes whose replays flip the known outcome at least once."""
     c = _counts(counts, len(prefixes))
     predicted = float(prefix_value([_repeat(p.value, p.reward) for p in prefixes], c).sum())
-    if any(p.true_value is None for p in prefixes):
+    true = [p.true_value for p in prefixes if p.true_value is not None]
+    if len(true) < len(prefixes):
         return ExpectedGain(predicted, None)
-    return ExpectedGain(
-        predicted, float(prefix_value([_repeat(p.true_value, p.reward) for p in prefixes], c).sum())
-    )
+    repeats = [_repeat(t, p.reward) for t, p in zip(true, prefixes, strict=True)]
+    return ExpectedGain(predicted, float(prefix_value(repeats, c).sum()))
 
 
 def accounted_cost(root_counts, replay_counts=(), replay_cost: float = 0.5) -> float:

@@ -204,7 +204,7 @@ class TraceRootsRandomPrefixes(TraceAllocator):
     name: ClassVar[str] = "trace_roots_random_prefixes"
 
     def allocate_prefixes(
-        self, prefixes: Sequence[PrefixCandidate], budget: int, rng: np.random.Generator
+        self, prefixes: Sequence[PrefixCandidate], budget: float, rng: np.random.Generator
     ) -> np.ndarray:
         return random_prefixes(len(prefixes), _as_int(budget, "prefix budget"), rng)
 

@@ -141,7 +141,7 @@ def _root_problem(values, budget, m_max: int, exact_budget: bool) -> tuple[np.nd
 def _as_int(x, what: str) -> int:
     if isinstance(x, bool) or not isinstance(x, numbers.Integral):
         if isinstance(x, numbers.Real) and float(x).is_integer():
-            x = int(x)
+            x = int(float(x))
         else:
             raise AllocationError(f"{what} must be a whole number; got {x!r}")
     x = int(x)
@@ -233,9 +233,9 @@ def _repair(inc: np.ndarray, g: np.ndarray, m_max: int) -> tuple[np.ndarray, flo
 
     opened_below_cap = (g >= 2) & (g < m_max)
     if opened_below_cap.any():  # move 1: one more unit on an opened prompt
-        gain = np.where(opened_below_cap, inc[rows, np.minimum(g, m_max - 1)], -np.inf)
-        i = int(np.argmax(gain))
-        best = (float(gain[i]), 1, i, -1)
+        gains = np.where(opened_below_cap, inc[rows, np.minimum(g, m_max - 1)], -np.inf)
+        i = int(np.argmax(gains))
+        best = (float(gains[i]), 1, i, -1)
 
     closed, above_two = g == 0, g >= 3
     if (

@@ -145,7 +145,7 @@ def _v2_shifts(preset: SimPreset, seed: int, index: int, t_idx: int, turns: int)
         e = shared_effects(preset.topic_domain, preset.num_hints, K)
         extra += preset.shared_sd * e[t_idx, hints]
     n_knife = min(preset.knife_turns, turns)
-    knife = np.sort(rng.choice(turns, size=n_knife, replace=False)) if n_knife else []
+    knife = np.sort(rng.choice(turns, size=n_knife, replace=False)) if n_knife else np.zeros(0, int)
     edge = np.zeros((turns, K))
     for t in knife:
         edge[t] = preset.knife_sd * rng.normal(size=K)
