@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: setup demo test test-slow test-all bench lint
+.PHONY: setup demo test test-slow test-all bench lint typecheck
 
 setup:
 	@scripts/setup_venv.sh $(VENV) all
@@ -29,7 +29,12 @@ bench: setup
 	$(PY) -m trace_gym.cli bench retrieval
 	$(PY) -m trace_gym.cli bench bfcl
 
-# ruff is pinned in the dev extra: another version formats differently
+# ruff and mypy are pinned in the dev extra: another version formats (or infers) differently
 lint: setup
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
+	$(PY) -m mypy
+
+# mypy on the modules listed in pyproject.toml's [tool.mypy] files (docs/development.md)
+typecheck: setup
+	$(PY) -m mypy

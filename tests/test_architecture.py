@@ -1,4 +1,4 @@
-"""The architecture rules of DESIGN.md, checked on the source: who may import whom, how long a function may be.
+"""The architecture rules of docs/development.md, checked on the source: who may import whom, how long a function may be.
 
 import-linter's graph builder (grimp) walks the folder of the ``trace_gym`` package and
 does not see the subpackages that setuptools maps from other folders (``package-dir``:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import re
+import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -42,8 +43,9 @@ def test_every_excluded_slow_test_exists_is_slow_and_has_a_reason():
 
 def test_ci_runs_the_readme_test_command_first_then_the_slow_set():
     steps = [ln for ln in (ROOT / ".ci" / "run").read_text().splitlines() if ln.startswith("make ")]
-    assert steps[0] == 'make test VENV="$VENV"' and steps[1].startswith("make test-slow ")
-    assert 'make lint VENV="$VENV"' in steps  # ruff check and ruff format --check
+    assert steps[0] == 'make test VENV="$VENV"'
+    assert 'make lint VENV="$VENV"' in steps  # ruff check, ruff format --check, mypy
+    assert [s for s in steps if s.startswith("make test-slow ")], "CI runs the slow set"
     assert "\nmake test " in (ROOT / "README.md").read_text()
     assert "ci_slow_excluded.txt" in (ROOT / ".ci" / "run").read_text()
     makefile = (ROOT / "Makefile").read_text()
@@ -108,3 +110,22 @@ def test_ci_runs_the_verl_tests_in_their_own_fresh_venv_where_they_cannot_skip()
     text = (ROOT / "pyproject.toml").read_text()
     all_line = next(ln for ln in text.splitlines() if ln.startswith("all = "))
     assert "verl" not in all_line
+
+
+def test_make_lint_runs_ruff_format_and_mypy_on_the_configured_modules():
+    makefile = (ROOT / "Makefile").read_text()
+    lint = makefile.split("\nlint:", 1)[1].split("\n\n", 1)[0]
+    for command in ("-m ruff check .", "-m ruff format --check .", "-m mypy"):
+        assert command in lint, command
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    files = config["tool"]["mypy"]["files"]
+    assert all((ROOT / f).exists() for f in files), files
+    for core in (
+        "trace_gym/core.py",
+        "trace_gym/runner.py",
+        "trace_gym/alloc",
+        "trace_gym/predict",
+    ):
+        assert core in files
+    dev = config["project"]["optional-dependencies"]["dev"]
+    assert any(d.startswith("mypy==") for d in dev), "mypy is pinned in the dev extra"

@@ -60,7 +60,7 @@ def remaining_turn_cost(depth: int, rollout_turns: int) -> float:
     """Cost of one replay from `depth` of a `rollout_turns`-turn rollout, in trajectory-equivalents.
 
     The share of the rollout's turns a replay regenerates: (T - d) / T. An early
-    prefix costs nearly a full rollout, a late one little (TRACE.md "Budget accounting").
+    prefix costs nearly a full rollout, a late one little (docs/alloc.md "The budget an allocator is handed").
     """
     return (rollout_turns - depth) / rollout_turns
 

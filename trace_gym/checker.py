@@ -165,8 +165,8 @@ def check_checkpoint(
     """
     base = unwrap(env)
     volatile = frozenset(base.volatile_info_keys)
-    if make_fresh is None and getattr(base, "spec", None) is not None:
-        spec = base.spec
+    spec = base.spec
+    if make_fresh is None and spec is not None:
         make_fresh = lambda: gym.make(spec.id, **(spec.kwargs or {}))  # noqa: E731
     act = action_fn or (lambda e, rng: e.example_action(rng))
     base.reset(seed=seed, options={"task": task} if task is not None else None)

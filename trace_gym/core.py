@@ -27,7 +27,7 @@ import pickle
 import string
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, NamedTuple
+from typing import Any, ClassVar, NamedTuple, Protocol, runtime_checkable
 
 import gymnasium as gym
 import numpy as np
@@ -85,7 +85,7 @@ class FreeText(gym.spaces.Space[str]):
     def __eq__(self, other: object) -> bool:
         return isinstance(other, FreeText) and other.max_length == self.max_length
 
-    def to_jsonable(self, sample_n: Sequence[str]) -> list[str]:
+    def to_jsonable(self, sample_n: Iterable[str]) -> list[str]:
         return list(sample_n)
 
     def from_jsonable(self, sample_n: Sequence[str]) -> list[str]:
@@ -189,6 +189,13 @@ class Transition(NamedTuple):
     info: dict[str, Any]
 
 
+@runtime_checkable
+class ExactValue(Protocol):
+    """An env that knows the exact success probability of its current state (`trace/Sim-v0`)."""
+
+    def true_value(self) -> float: ...
+
+
 class TraceEnv(gym.Env[str, str]):
     """Base class of every trace-gym environment.
 
@@ -212,7 +219,7 @@ class TraceEnv(gym.Env[str, str]):
 
     #: "ansi" renders the transcript; a text env has no frame rate, but gymnasium's checker
     #: warns on every env that declares render modes without one, so declare one frame per turn
-    metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi"], "render_fps": 1}
+    metadata: dict[str, Any] = {"render_modes": ["ansi"], "render_fps": 1}
     #: longest assistant message `step` passes to `_step` (characters); a longer one is
     #: answered by `_reject_action` as an observation. Set per instance (an env's
     #: ``max_action_chars=`` argument, or ``env.unwrapped.max_action_chars = n``).

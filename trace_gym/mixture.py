@@ -311,7 +311,8 @@ class RolloutCosts:
                 if self.kind == "turns":
                     value = float(len(path))
                 else:
-                    value = float(sum(len(tree.nodes[n].turn.token_ids or ()) for n in path))  # type: ignore[union-attr]
+                    turns = [t for n in path if (t := tree.nodes[n].turn) is not None]
+                    value = float(sum(len(t.token_ids or ()) for t in turns))
                 per.setdefault(tree.env_id, []).append(value)
         for env, values in per.items():
             m = float(np.mean(values))

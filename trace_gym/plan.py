@@ -383,7 +383,7 @@ def prefix_nodes(tree: RolloutTree) -> list[int]:
     """Node ids of every replayable prefix of the root rollouts, rollout by rollout.
 
     Prefixes are the turn boundaries strictly inside a finished, non-failed rollout:
-    after turn 1 up to before its last turn (../shared/TRACE.md "Prefix level").
+    after turn 1 up to before its last turn (docs/runner.md "What one step does").
     """
     out = []
     for first in tree.root.children:

@@ -1,6 +1,6 @@
 """BranchingRunner: turn one step's rollout budget into one rollout tree per prompt.
 
-One step (../shared/TRACE.md "One training step"):
+One step (docs/runner.md "What one step does"):
 
 1. score the candidate prompts with the predictor (a `State` at depth 0);
 2. allocate the M root rollouts over them (most get 0, a selected prompt >= 2);
@@ -391,7 +391,8 @@ class BranchingRunner:
                 prompt, info = env.reset(
                     seed=stable_seed("describe", task_id), options={"task": task_id}
                 )
-                tv = float(unwrap(env).true_value()) if exact else None
+                base = unwrap(env)
+                tv = float(base.true_value()) if isinstance(base, ExactValue) and exact else None
         finally:
             self.pool.give_back(env)
         self._prompts[task_id] = (prompt, info)
@@ -412,7 +413,8 @@ class BranchingRunner:
                 )
             if len(states) == 0:
                 return {}
-            metrics = self.predictor.update(states, targets, weights)  # type: ignore[union-attr]
+            predictor = self.predictor  # run_step calls this only when there is one
+            metrics = {} if predictor is None else predictor.update(states, targets, weights)
         return {k: float(v) for k, v in (metrics or {}).items()}
 
 
@@ -481,9 +483,9 @@ def _update_history(history: dict[str, VisitHistory], trees: list[RolloutTree]) 
     """Record each visited prompt's root-rollout rewards (unbiased by replays)."""
     for tree in trees:
         rewards = [
-            float(leaf.reward)  # type: ignore[arg-type]
+            float(leaf.reward)
             for leaf in tree.leaves(include_failed=False)
-            if leaf.origin == "rollout"
+            if leaf.origin == "rollout" and leaf.reward is not None
         ]
         if not rewards:
             continue

@@ -308,7 +308,7 @@ class StepScheduler:
                 self._report.count_env_step()
                 tv = float(base.true_value()) if self._true_value_known else None
                 done = bool(terminated or truncated)
-                ckpt = (base.checkpoint(), ep.env) if ep.kind == "rollout" and not done else None
+                ckpt = (base.checkpoint(), env) if ep.kind == "rollout" and not done else None
         except Exception as e:  # noqa: BLE001 - a broken branch is data
             self._fail(ep, _exc("env.step", "env", e), env_error=True, seed=conv.seed, out=out)
             return

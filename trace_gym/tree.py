@@ -6,7 +6,7 @@ and logprobs when the policy gives them, the observation that followed, its toke
 when the policy tokenised it). A path is a walk from the root. Leaves end an episode
 (terminated, truncated, or failed) and carry the episode reward.
 
-Definitions (../shared/ALGORITHMS.md "Metrics"):
+Definitions (docs/alloc.md "Metrics" and the benchmark tables of docs/runner.md use them):
 
 - success: a leaf whose reward is >= ``success_threshold`` (the *success event*);
 - target of a node: the success rate of the (non-failed) leaves below it, bottom-up;
@@ -306,7 +306,7 @@ class RolloutTree:
 
     def turns(self, node_id: int) -> list[Turn]:
         """The turns that lead from the prompt to `node_id`."""
-        return [n.turn for n in self.path(node_id)]  # type: ignore[misc]
+        return [n.turn for n in self.path(node_id) if n.turn is not None]  # only the root has none
 
     def leaves(self, *, include_failed: bool = True) -> list[Node]:
         return [
@@ -391,9 +391,9 @@ class RolloutTree:
                 if node.reward is not None and node.id != 0:
                     span[node.id] = (float(node.reward), float(node.reward))
                 continue
-            below = [span[c] for c in node.children if span[c] is not None]
+            below = [s for c in node.children if (s := span[c]) is not None]
             if below:
-                span[node.id] = (min(b[0] for b in below), max(b[1] for b in below))  # type: ignore[index]
+                span[node.id] = (min(b[0] for b in below), max(b[1] for b in below))
         return span
 
     def metrics(self) -> TreeMetrics:
@@ -406,7 +406,7 @@ class RolloutTree:
         mixed_anchors = sum(_spread(span[a.id]) for a in anchors)
         turns = len(self.nodes) - 1
         tokens = sum(n.turn.num_tokens for n in self.nodes if n.turn is not None)
-        rewards = [float(n.reward) for n in scored]  # type: ignore[arg-type]
+        rewards = [float(n.reward) for n in scored if n.reward is not None]
         return TreeMetrics(
             mixed=_spread(span[0]),
             success_mixed=0 < succ < len(scored),

@@ -355,7 +355,7 @@ class WrappedScripted:
 
     def generate(self, conversations: Sequence[Conversation]) -> list[PolicyOutput]:
         self.calls += 1
-        base = self.env.unwrapped
+        base: Any = self.env.unwrapped  # any env with example_action(rng)
         out = []
         for conv in conversations:
             try:

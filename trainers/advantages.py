@@ -4,7 +4,7 @@ Every optimiser is a pure function ``fn(trees, *, std=True, eps=1e-6, prompt_wei
 -> list[TrainUnit]`` registered in `ADVANTAGES`. A `TrainUnit` names the tokens it trains
 by node ids (the turns of those nodes, conditioned on the path above them), the scalar
 advantage broadcast to those tokens and a per-token weight. References:
-../shared/ALGORITHMS.md.
+docs/trainers.md "Advantages".
 
 Rules (our choices where the papers leave room are marked *choice*):
 
@@ -97,6 +97,11 @@ def _scored_leaves(tree: RolloutTree) -> list[int]:
     return [n.id for n in tree.leaves(include_failed=False) if n.reward is not None]
 
 
+def _rewards(tree: RolloutTree, leaves: Sequence[int]) -> list[float]:
+    """The rewards of scored leaves (`_scored_leaves`), in order."""
+    return [float(r) for n in leaves if (r := tree[n].reward) is not None]
+
+
 def _leaf_path(tree: RolloutTree, leaf: int) -> tuple[int, ...]:
     return tuple(n.id for n in tree.path(leaf))
 
@@ -120,7 +125,7 @@ def grpo(
     out: list[TrainUnit] = []
     for i, tree in enumerate(trees):
         leaves = _scored_leaves(tree)
-        adv = _normalise([tree[n].reward for n in leaves], std, eps)  # type: ignore[misc]
+        adv = _normalise(_rewards(tree, leaves), std, eps)
         units = [
             TrainUnit(i, _leaf_path(tree, n), float(a)) for n, a in zip(leaves, adv, strict=True)
         ]
@@ -162,14 +167,12 @@ def tree_grpo(
     out: list[TrainUnit] = []
     for i, tree in enumerate(trees):
         leaves = _scored_leaves(tree)
-        inter = _normalise([tree[n].reward for n in leaves], std, eps)  # type: ignore[misc]
+        inter = _normalise(_rewards(tree, leaves), std, eps)
         subtree_of = {n: tree.path(n)[0].id for n in leaves}
         intra = dict.fromkeys(leaves, 0.0)
         for sub in set(subtree_of.values()):
             members = [n for n in leaves if subtree_of[n] == sub]
-            for n, a in zip(
-                members, _normalise([tree[m].reward for m in members], std, eps), strict=True
-            ):  # type: ignore[misc]
+            for n, a in zip(members, _normalise(_rewards(tree, members), std, eps), strict=True):
                 intra[n] = float(a)
         units = [
             TrainUnit(i, _leaf_path(tree, n), float(a) + intra[n])
@@ -191,7 +194,7 @@ def treepo(
     for i, tree in enumerate(trees):
         tree.compute_targets()
         for leaf in _scored_leaves(tree):
-            r = float(tree[leaf].reward)  # type: ignore[arg-type]
+            (r,) = _rewards(tree, [leaf])
             terms = []
             for anc in [tree.root, *tree.path(leaf)[:-1]]:
                 if (anc.id == 0 or len(anc.children) >= 2) and anc.num_leaves > 1:

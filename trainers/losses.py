@@ -5,7 +5,7 @@ being trained (observation/environment tokens, the prompt, padding and overflowe
 turns are 0), and every term - policy gradient, KL, entropy, clip statistics - is
 multiplied by it. ``weights`` [B, T] are the per-token weights from
 `trace_gym.trainers.advantages` (1 where unweighted). References:
-../shared/ALGORITHMS.md "GRPO family".
+docs/trainers.md "Losses".
 
 Aggregations (selected from `AGGREGATIONS`), for a batch split into micro-batches the
 normaliser is passed in from the whole batch so that gradient accumulation gives the

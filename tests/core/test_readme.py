@@ -38,3 +38,11 @@ def test_quick_start_runs():
         "<search>who founded ...</search>", "<search>founder</search>"
     )
     exec(code, {})
+
+
+def test_one_step_example_runs():
+    ns: dict = {}
+    exec(_block_after("## One TRACE step, in one file"), ns)
+    report = ns["report"]
+    assert report.roots == 64 and report.replays > 0 and ns["trees"]
+    assert sum(t.info["root_count"] for t in ns["trees"]) == 64

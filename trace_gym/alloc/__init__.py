@@ -107,7 +107,7 @@ ALLOCATORS: dict[str, type] = {
 
 
 def _keywords(cls: type) -> set[str]:
-    params = inspect.signature(cls.__init__).parameters.values()
+    params = inspect.signature(cls).parameters.values()  # __init__'s, without self
     return {
         p.name
         for p in params

@@ -1,6 +1,6 @@
 """The allocation protocol: how a policy decides where the rollout budget goes.
 
-Two decisions per step (../shared/TRACE.md):
+Two decisions per step (docs/alloc.md):
 
 - roots: given the candidate pool, how many fresh rollouts each prompt gets
   (0 skips it; otherwise at least 2, at most ``m_max``), summing to the root budget;

@@ -1,7 +1,7 @@
 """Build allocator inputs from runner data: prefix records from a finished rollout tree.
 
 The candidate prefixes of a finished rollout are its turn boundaries strictly inside it
-(../shared/TRACE.md "Prefix level"): after turn 1 up to before its last turn. The
+(docs/runner.md "What one step does", step 4): after turn 1 up to before its last turn. The
 prompt itself (depth 0) is handled by the root allocation, and the leaf has nothing
 left to replay. A rollout of T turns therefore offers T - 1 prefixes (none when T = 1).
 """

@@ -1,4 +1,4 @@
-"""What an allocation is expected to buy and what it costs (ALGORITHMS.md "Metrics").
+"""What an allocation is expected to buy and what it costs (docs/alloc.md "Metrics").
 
 - expected mixed groups: sum f(v_i, m_i) of the root allocation, under the predicted
   values and (simulator only) the true ones; v is the probability of the success event
@@ -82,11 +82,11 @@ def expected_flips(prefixes: Sequence[PrefixCandidate], counts) -> ExpectedGain:
     """Expected number of prefixes whose replays flip the known outcome at least once."""
     c = _counts(counts, len(prefixes))
     predicted = float(prefix_value([_repeat(p.value, p.reward) for p in prefixes], c).sum())
-    if any(p.true_value is None for p in prefixes):
+    true = [p.true_value for p in prefixes if p.true_value is not None]
+    if len(true) < len(prefixes):
         return ExpectedGain(predicted, None)
-    return ExpectedGain(
-        predicted, float(prefix_value([_repeat(p.true_value, p.reward) for p in prefixes], c).sum())
-    )
+    repeats = [_repeat(t, p.reward) for t, p in zip(true, prefixes, strict=True)]
+    return ExpectedGain(predicted, float(prefix_value(repeats, c).sum()))
 
 
 def accounted_cost(
@@ -95,7 +95,7 @@ def accounted_cost(
     """Trajectory-equivalents: every root rollout costs 1, every replay `replay_cost`.
 
     `root_counts` and `replay_counts` are counts (arrays or ints); M roots with N
-    replays each cost M (1 + N replay_cost), TRACE.md "Budget accounting".
+    replays each cost M (1 + N replay_cost), docs/alloc.md "The budget an allocator is handed".
     """
     if not replay_cost >= 0:
         raise AllocationError(f"replay_cost must be >= 0; got {replay_cost}")

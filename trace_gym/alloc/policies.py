@@ -250,7 +250,7 @@ class TraceAllocator(BaseAllocator):
 
 
 class OracleAllocator(TraceAllocator):
-    """Oracle (ALGORITHMS.md "Extra allocation baselines"): the TRACE rule on true probabilities.
+    """Oracle (docs/alloc.md "The policies"): the TRACE rule on true probabilities.
 
     Needs `Candidate.true_value` / `PrefixCandidate.true_value`, which only the simulator
     provides: the upper bound every learned allocator is measured against.
@@ -267,7 +267,7 @@ class TraceRootsRandomPrefixes(TraceAllocator):
     name: ClassVar[str] = "trace_roots_random_prefixes"
 
     def allocate_prefixes(
-        self, prefixes: Sequence[PrefixCandidate], budget: int, rng: np.random.Generator
+        self, prefixes: Sequence[PrefixCandidate], budget: float, rng: np.random.Generator
     ) -> np.ndarray:
         return random_prefixes(len(prefixes), whole_number(budget, "prefix budget"), rng)
 
@@ -285,7 +285,7 @@ class UniformRootsTracePrefixes(TraceAllocator):
 
 
 class TreePOAllocator(BaseAllocator):
-    """TreePO as the TRACE paper runs it (ALGORITHMS.md "TreePO"): same trees, random branch points.
+    """TreePO as the TRACE paper runs it (docs/alloc.md "The policies"): same trees, random branch points.
 
     Roots: `group_size` rollouts for as many randomly drawn prompts as the budget allows;
     prefixes: every replay picks a visited prefix uniformly at random. This is also the

@@ -1,6 +1,6 @@
 """Exact solvers for TRACE's two allocation problems (pure numpy, no state).
 
-Root problem (../shared/TRACE.md "Prompt level"): given success probabilities
+Root problem (docs/alloc.md "The solvers"): given success probabilities
 v_1..v_P, a budget B and a cap m_max, choose m_i in {0} U {2..m_max} with
 sum m_i = B maximising sum f(v_i, m_i), where
 
@@ -30,7 +30,7 @@ sum m_i = B maximising sum f(v_i, m_i), where
   argmax/argmin over prompts, so the repair is O(P).
   Total cost: one `np.partition` over P * m_max increments plus O(P * m_max) numpy.
 
-Prefix problem ("Prefix level"): a prompt's continuation budget K is split over its
+Prefix problem (the same section): a prompt's continuation budget K is split over its
 visited prefixes, maximising sum (1 - q_j^{k_j}) with q = r V + (1 - r)(1 - V), the
 chance that one replay repeats the known outcome r. Gains q^(k-1)(1 - q) shrink with
 k, so a max-heap greedy is exact for equal replay costs; `costs=` switches to an
@@ -159,7 +159,7 @@ def whole_number(x, what: str) -> int:
     """`x` as a non-negative int (an integral float is fine); `AllocationError` naming `what` else."""
     if isinstance(x, bool) or not isinstance(x, numbers.Integral):
         if isinstance(x, numbers.Real) and float(x).is_integer():
-            x = int(x)
+            x = int(float(x))
         else:
             raise AllocationError(f"{what} must be a whole number; got {x!r}")
     x = int(x)
@@ -341,9 +341,9 @@ def repair_counts(inc: np.ndarray, g: np.ndarray, m_max: int) -> tuple[np.ndarra
 
     opened_below_cap = (g >= 2) & (g < m_max)
     if opened_below_cap.any():  # move 1: one more unit on an opened prompt
-        gain = np.where(opened_below_cap, inc[rows, np.minimum(g, m_max - 1)], -np.inf)
-        i = int(np.argmax(gain))
-        best = (float(gain[i]), 1, i, -1)
+        gains = np.where(opened_below_cap, inc[rows, np.minimum(g, m_max - 1)], -np.inf)
+        i = int(np.argmax(gains))
+        best = (float(gains[i]), 1, i, -1)
 
     closed, above_two = g == 0, g >= 3
     if (

@@ -189,7 +189,7 @@ class Engine:
     def generate(self, conversations: bytes | Sequence[Conversation]) -> Any:
         """Answer one request: (engine version, outputs); pickled when the request was."""
         pickled = isinstance(conversations, bytes)
-        convs = list(loads(conversations) if pickled else conversations)
+        convs = list(loads(conversations) if isinstance(conversations, bytes) else conversations)
         if self.batching == "continuous":
             with self._slots:
                 t0 = time.perf_counter()
@@ -449,6 +449,7 @@ class EnginePool:
         """Push the driver's policy (by version) and the step to every engine; the version."""
         version = self.version = policy_version(policy)
         same = self.pushed is not None and version is not None and self.pushed[0] == version
+        apply: str | None
         if isinstance(policy, WorkerPolicy) or same:  # nothing new to load: tell the step only
             payload, apply = dumps(None), _KEEP
         else:

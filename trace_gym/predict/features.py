@@ -26,7 +26,7 @@ import functools
 import math
 import re
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
 import numpy as np
@@ -230,7 +230,7 @@ class FeaturePredictor:
 
 #: how leaf-count weights become sample weights ("leaves" trusts well-supported targets
 #: most; it beat "sqrt" and "none" on held-out simulator trees, prefixes included)
-_WEIGHTING = {
+_WEIGHTING: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "leaves": lambda w: w,
     "sqrt": np.sqrt,
     "none": np.ones_like,

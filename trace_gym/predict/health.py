@@ -27,6 +27,7 @@ import math
 from collections.abc import Iterable, Sequence
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from trace_gym.predict.training import spearman
 from trace_gym.tree import RolloutTree
@@ -43,20 +44,20 @@ __all__ = [
 ]
 
 
-def _arrays(*xs: Sequence[float] | np.ndarray) -> list[np.ndarray]:
+def _arrays(*xs: ArrayLike) -> list[np.ndarray]:
     out = [np.asarray(x, dtype=float).ravel() for x in xs]
     if len({a.size for a in out}) > 1:
         raise ValueError(f"lengths differ: {[a.size for a in out]}")
     return out
 
 
-def gain_rank(values: Sequence[float], reference: Sequence[float]) -> float:
+def gain_rank(values: ArrayLike, reference: ArrayLike) -> float:
     """Spearman(v (1 - v), z (1 - z)); nan with fewer than 2 states or a constant side."""
     v, z = _arrays(values, reference)
     return spearman(v * (1.0 - v), z * (1.0 - z))
 
 
-def _weights(n: int, weights: Sequence[float] | np.ndarray | None) -> np.ndarray:
+def _weights(n: int, weights: ArrayLike | None) -> np.ndarray:
     w = np.ones(n) if weights is None else np.asarray(weights, dtype=float).ravel()
     if w.size != n or np.any(w < 0):
         raise ValueError("weights must be one non-negative number per state")
@@ -64,9 +65,9 @@ def _weights(n: int, weights: Sequence[float] | np.ndarray | None) -> np.ndarray
 
 
 def ece(
-    values: Sequence[float],
-    outcomes: Sequence[float],
-    weights: Sequence[float] | np.ndarray | None = None,
+    values: ArrayLike,
+    outcomes: ArrayLike,
+    weights: ArrayLike | None = None,
     bins: int = 10,
 ) -> float:
     """Expected calibration error over `bins` equal-width bins of v (nan with no weight).
@@ -90,9 +91,9 @@ def ece(
 
 
 def brier(
-    values: Sequence[float],
-    outcomes: Sequence[float],
-    weights: Sequence[float] | np.ndarray | None = None,
+    values: ArrayLike,
+    outcomes: ArrayLike,
+    weights: ArrayLike | None = None,
 ) -> float:
     """Mean squared error of v over the 0/1 outcomes behind each state (nan with none).
 
@@ -107,17 +108,17 @@ def brier(
     return float(w @ ((v - r) ** 2 + r * (1.0 - r))) / total
 
 
-def distinct(values: Sequence[float], decimals: int = 6) -> int:
+def distinct(values: ArrayLike, decimals: int = 6) -> int:
     """Number of different values (rounded to `decimals`)."""
     v = np.asarray(values, dtype=float).ravel()
     return int(np.unique(np.round(v, decimals)).size)
 
 
 def health(
-    values: Sequence[float],
-    reference: Sequence[float],
-    outcomes: Sequence[float] | None = None,
-    weights: Sequence[float] | np.ndarray | None = None,
+    values: ArrayLike,
+    reference: ArrayLike,
+    outcomes: ArrayLike | None = None,
+    weights: ArrayLike | None = None,
 ) -> dict[str, float]:
     """``{"gain_rank", "ece", "brier", "distinct", "n"}`` for one set of states.
 

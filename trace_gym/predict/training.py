@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from typing import NamedTuple
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from trace_gym.errors import ConfigError
 from trace_gym.predict.base import Predictor, State, states_from_tree
@@ -98,14 +99,14 @@ def _ranks(x: np.ndarray) -> np.ndarray:
     return ranks
 
 
-def spearman(a: Sequence[float], b: Sequence[float]) -> float:
+def spearman(a: ArrayLike, b: ArrayLike) -> float:
     """Spearman rank correlation (average ranks for ties); nan when undefined."""
-    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
-    if a.size != b.size:
-        raise ValueError(f"spearman: lengths differ ({a.size} vs {b.size})")
-    if a.size < 2:
+    x, y = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    if x.size != y.size:
+        raise ValueError(f"spearman: lengths differ ({x.size} vs {y.size})")
+    if x.size < 2:
         return math.nan
-    ra, rb = _ranks(a), _ranks(b)
+    ra, rb = _ranks(x), _ranks(y)
     ra, rb = ra - ra.mean(), rb - rb.mean()
     den = math.sqrt(float(ra @ ra) * float(rb @ rb))
     return float(ra @ rb / den) if den > 0 else math.nan
@@ -140,14 +141,16 @@ def quality_by_depth(
     for depth in sorted(by_depth):
         states, refs, owner = by_depth[depth]
         pred = np.asarray(predictor.predict(states), dtype=float)
-        ref, own = np.asarray(refs), np.asarray(owner)
+        reference, own = np.asarray(refs), np.asarray(owner)
         within = [
-            spearman(pred[own == t], ref[own == t]) for t in np.unique(own) if np.sum(own == t) >= 3
+            spearman(pred[own == t], reference[own == t])
+            for t in np.unique(own)
+            if np.sum(own == t) >= 3
         ]
         within = [w for w in within if not math.isnan(w)]
         out[depth] = {
-            "spearman": spearman(pred, ref),
-            "mse": float(np.mean((pred - ref) ** 2)),
+            "spearman": spearman(pred, reference),
+            "mse": float(np.mean((pred - reference) ** 2)),
             "n": len(refs),
             "spearman_within": float(np.mean(within)) if within else math.nan,
         }

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from trace_gym.errors import ConfigError
 from trace_gym.sim.baselines import grpo_effective_ratio, random_branching_effective_ratio
@@ -74,7 +75,9 @@ _TEMPLATES: dict[str, dict] = {
         shared_sd=0.2,
     ),
 }
-_COMMON = dict(skill=0.5, num_hints=6, obs_decay=0.7, prompt_noise=2.0, obs_noise=1.5)
+_COMMON: dict[str, Any] = dict(
+    skill=0.5, num_hints=6, obs_decay=0.7, prompt_noise=2.0, obs_noise=1.5
+)
 
 
 def template(domain: str, share: float) -> SimPreset:

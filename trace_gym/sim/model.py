@@ -18,7 +18,7 @@ success probability from any history is a backward recursion over (t, k)::
               + p_move(t, k) sum_a pi_t(a) V[t+1, k + d[t, a]]
 
 computed once per (task, skill) as a (T+1, 2R+1) table (R = the largest reachable
-|k|) and cached. Z_t = V[t, k_t] is the martingale of ../shared/TRACE.md.
+|k|) and cached. Z_t = V[t, k_t] is the martingale of docs/sim.md "The model".
 """
 
 from __future__ import annotations
@@ -145,7 +145,7 @@ def _v2_shifts(preset: SimPreset, seed: int, index: int, t_idx: int, turns: int)
         e = shared_effects(preset.topic_domain, preset.num_hints, K)
         extra += preset.shared_sd * e[t_idx, hints]
     n_knife = min(preset.knife_turns, turns)
-    knife = np.sort(rng.choice(turns, size=n_knife, replace=False)) if n_knife else []
+    knife = np.sort(rng.choice(turns, size=n_knife, replace=False)) if n_knife else np.zeros(0, int)
     edge = np.zeros((turns, K))
     for t in knife:
         edge[t] = preset.knife_sd * rng.normal(size=K)

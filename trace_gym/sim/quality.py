@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from typing import Any
 
 import numpy as np
 
@@ -39,7 +40,9 @@ def predictor_quality(
     from trace_gym.sim.sampling import sample_trees
 
     n = train_tasks + test_tasks
-    kw = dict(num_tasks=n, pool_seed=seed, roots=roots, replays_per_root=replays_per_root)
+    kw: dict[str, Any] = dict(
+        num_tasks=n, pool_seed=seed, roots=roots, replays_per_root=replays_per_root
+    )
     train = sample_trees(preset, range(train_tasks), seed=seed + 1, **kw)
     seen = sample_trees(preset, range(train_tasks), seed=seed + 2, **kw)
     new = sample_trees(preset, range(train_tasks, n), seed=seed + 3, **kw)

@@ -32,7 +32,7 @@ def _continue(
     origin: str,
 ) -> dict[int, Checkpoint]:
     """Play the live episode from `node_id` to its end; returns checkpoints of the new inner nodes."""
-    ckpts = {}
+    ckpts: dict[int, Checkpoint] = {}
     while True:
         seed = int(rng.integers(2**63))
         conv = Conversation(
