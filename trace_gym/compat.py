@@ -104,7 +104,7 @@ def renamed_fields(**old_to_new: str) -> Callable[[type], type]:
         return property(get, put, doc=f"the old name of `{new}`")
 
     def decorate(cls: type) -> type:
-        init = cls.__init__
+        init = vars(cls).get("__init__") or cls.__init__  # type: ignore[misc]
 
         @functools.wraps(init)
         def __init__(self: Any, *args: Any, **kw: Any) -> None:

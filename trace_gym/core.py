@@ -25,7 +25,7 @@ from __future__ import annotations
 import copy
 import pickle
 import string
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, NamedTuple, Protocol, runtime_checkable
 
@@ -390,7 +390,7 @@ class TraceEnv(gym.Env[str, str]):
         if self._task_index is None:
             raise CheckpointError(f"{self.id}: nothing to checkpoint; call env.reset() first")
         snapshot = EnvSnapshot(
-            rng=copy.deepcopy(self.np_random.bit_generator.state),
+            rng=copy.deepcopy(dict(self.np_random.bit_generator.state)),
             done=self._done,
             max_turns=self.max_turns,
             transcript=tuple(self._transcript),

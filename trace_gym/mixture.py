@@ -157,6 +157,10 @@ class MixtureEnv(TraceEnv):
     def np_random(self) -> np.random.Generator:
         return self.active.np_random
 
+    @np_random.setter
+    def np_random(self, value: np.random.Generator) -> None:
+        raise AttributeError("MixtureEnv.np_random is its active member's: call reseed(seed)")
+
     def reseed(self, seed: int) -> None:
         """Reseed the active member's RNG (what a replay does after restoring)."""
         if self._active is not None:

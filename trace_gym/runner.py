@@ -47,7 +47,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
 from functools import partial
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 import gymnasium as gym
 import numpy as np
@@ -55,7 +55,7 @@ import numpy as np
 from trace_gym import plan
 from trace_gym.alloc.base import Allocator, VisitHistory
 from trace_gym.budget import DEFAULT_REPLAY_COST, Budget, StepReport, Stopwatch
-from trace_gym.core import unwrap
+from trace_gym.core import ExactValue, unwrap
 from trace_gym.errors import BranchFailures, ConfigError
 from trace_gym.mixture import ROLLOUT_COSTS, RolloutCosts
 from trace_gym.policy import Policy, policy_version
@@ -391,8 +391,7 @@ class BranchingRunner:
                 prompt, info = env.reset(
                     seed=stable_seed("describe", task_id), options={"task": task_id}
                 )
-                base = unwrap(env)
-                tv = float(base.true_value()) if isinstance(base, ExactValue) and exact else None
+                tv = float(cast(ExactValue, unwrap(env)).true_value()) if exact else None
         finally:
             self.pool.give_back(env)
         self._prompts[task_id] = (prompt, info)

@@ -32,9 +32,9 @@ import logging
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future
 from concurrent.futures import wait as wait_futures
-from typing import Any
+from typing import Any, cast
 
-from trace_gym.core import unwrap
+from trace_gym.core import ExactValue, unwrap
 from trace_gym.errors import EngineUnavailable, PolicyError
 from trace_gym.policy import Conversation, PolicyOutput
 from trace_gym.seeding import branch_seed
@@ -301,12 +301,14 @@ class StepScheduler:
 
     def _step_env(self, ep: Episode, turn: Turn, out: PolicyOutput, conv: Conversation) -> None:
         """Step `ep`'s env with the turn's action; record the turn (and a checkpoint mid-rollout)."""
-        base = unwrap(ep.env)
+        env = ep.env
+        assert env is not None, "a live episode holds an env (_start gave it one)"
+        base = unwrap(env)
         try:
             with self._sw("env"):
-                obs, reward, terminated, truncated, info = ep.env.step(out.text)
+                obs, reward, terminated, truncated, info = env.step(out.text)
                 self._report.count_env_step()
-                tv = float(base.true_value()) if self._true_value_known else None
+                tv = float(cast(ExactValue, base).true_value()) if self._true_value_known else None
                 done = bool(terminated or truncated)
                 ckpt = (base.checkpoint(), env) if ep.kind == "rollout" and not done else None
         except Exception as e:  # noqa: BLE001 - a broken branch is data

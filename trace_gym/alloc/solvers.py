@@ -368,12 +368,12 @@ def repair_counts(inc: np.ndarray, g: np.ndarray, m_max: int) -> tuple[np.ndarra
 
 
 def solve_roots(
-    values: Sequence[float],
+    values: Sequence[float] | np.ndarray,
     budget: int,
     m_max: int = 16,
     exact_budget: bool = True,
     *,
-    concentrations: Sequence[float | None] | None = None,
+    concentrations: Sequence[float | None] | np.ndarray | None = None,
     max_prompts: int | None = None,
 ) -> RootSolution:
     """Fast exact root allocation (see the module docstring for why it is exact).
