@@ -97,7 +97,7 @@ class BenchConfig:
     seed_base: int = 0
     #: allocation policies (empty: every registered one)
     policies: tuple[str, ...] = ()
-    predictor: str = "bayes"
+    predictor: str = "clue"
     #: extra constructor options for `predictor` (rows with the same predictor name),
     #: e.g. {"epochs": 6} or {"device": "cuda:1"} for the critic
     predictor_kwargs: dict[str, Any] = field(default_factory=dict)
@@ -907,9 +907,10 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument(
         "--predictor",
-        default="bayes",
-        help="predictor every policy learns online: bayes (default: the features text model + "
-        "per-prompt visit counts), features, empirical, constant, critic (critic:qwen3-0.6b, "
+        default="clue",
+        help="predictor every policy learns online: clue (default: a Bayesian logistic model on "
+        "generic text features, refit on every label, with a Beta concentration), bayes (the "
+        "features text model + per-prompt visit counts; the v1 protocol's), features, empirical, constant, critic (critic:qwen3-0.6b, "
         "critic:qwen3-0.6b@PATH: the 0.6B preset from the hub or a local copy); or the references "
         "oracle (exact values) and noisy:RHO (exact values with noise sized to Spearman RHO)",
     )

@@ -32,6 +32,7 @@ def small():
         roots=32,
         replays=2,
         policies=("grpo", "pcl", "treepo", "trace", "oracle"),
+        predictor="bayes",  # a point predictor, no cold start: the figures below assume it
         progress=False,
     )
     with pytest.MonkeyPatch.context() as mp:
@@ -361,6 +362,8 @@ def test_cell_mean_posterior_and_max_prompts_rows(tmp_path, capsys):
         "32",
         "--policies",
         "grpo,trace,trace:posterior",
+        "--predictor",
+        "bayes",  # a point predictor: posterior == plug-in exactly
         "--reference",
         "--max-prompts",
         "8",
@@ -412,3 +415,13 @@ def test_cell_means_come_from_the_reference_pool():
     out = pred.predict(states)
     assert np.allclose(out[:3], v[:3])
     assert out[3] == pytest.approx(float(make_predictor("features").predict(states[3:])[0]))
+
+
+def test_the_default_predictor_is_clue_and_falls_back_to_uniform_at_step_0():
+    assert BenchConfig().predictor == "clue"
+    res = run_bench(
+        BenchConfig(preset="math", steps=2, roots=32, policies=("trace",), progress=False)
+    )
+    recs = [r for r in res.records if r.policy == "trace"]
+    assert recs[0].health[0]["distinct"] == 1  # step 0: no data, uniform roots
+    assert recs[1].health[0]["distinct"] > 1  # step 1: the clue model ranks the candidates
