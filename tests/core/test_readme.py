@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from trace_gym.alloc import ALLOCATORS, Candidate
+from trace_gym.alloc.base import Allocator
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 
@@ -23,6 +24,7 @@ def test_add_a_policy_example_works():
     try:
         exec(_block_after("## Adding an allocation policy"), ns)
         policy = ALLOCATORS["half_sure"](m_max=8)
+        assert isinstance(policy, Allocator)  # every declared member, cost_aware included
         values = [0.05, 0.5, 0.7, 0.95, 0.3]
         cands = [Candidate(id=str(i), value=v) for i, v in enumerate(values)]
         counts = policy.allocate_roots(cands, 12, np.random.default_rng(0))
