@@ -60,7 +60,7 @@ def test_wheel_and_sdist_install_in_a_clean_venv_and_run_the_demo(tmp_path):
         "trace_gym/py.typed",
         "trace_gym/wrap.py",
         "trace_gym/corpora/",
-        "bench/view_assets/",
+        "trace_gym/bench/view_assets/",
     ):
         assert any(n.startswith(needed) for n in names), needed
     env_dir = tmp_path / "venv"
