@@ -197,17 +197,24 @@ def format_ray_bench(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def step_bench_fields(args: Any) -> dict[str, Any]:
+    """The `StepBenchFields` of `trace-gym bench alloc` flags (the first policy named, else trace)."""
+    policies = [p.strip() for p in (args.policies or "").split(",") if p.strip()]
+    return {
+        "preset": args.preset,
+        "steps": args.ray_steps,
+        "root_budget": args.root_budget,
+        "replays_per_root": args.replays_per_root,
+        "policy": policies[0] if policies else "trace",
+        "predictor": args.predictor,
+        "m_max": args.m_max,
+    }
+
+
 def config_from_alloc_args(args: Any, workers: Sequence[int]) -> RayBenchConfig:
     """`trace-gym bench alloc` flags -> a `RayBenchConfig` (used by ``--ray``)."""
-    policies = [p.strip() for p in (args.policies or "").split(",") if p.strip()]
     return RayBenchConfig(
-        preset=args.preset,
-        steps=args.ray_steps,
-        root_budget=args.root_budget,
-        replays_per_root=args.replays_per_root,
-        policy=policies[0] if policies else "trace",
-        predictor=args.predictor,
-        m_max=args.m_max,
+        **step_bench_fields(args),
         max_batch=args.max_batch or 16,
         latency_s=args.latency,
         workers=tuple(workers),

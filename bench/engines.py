@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from trace_gym.bench.distributed import RENAMED, StepBenchFields
+from trace_gym.bench.distributed import RENAMED, StepBenchFields, step_bench_fields
 
 from trace_gym.budget import DEFAULT_REPLAY_COST
 from trace_gym.compat import old_names, renamed_fields
@@ -387,15 +387,8 @@ def format_engine_bench(result: dict[str, Any]) -> str:
 
 def config_from_alloc_args(args: Any) -> EngineBenchConfig:
     """`trace-gym bench alloc --ray --engines ...` flags -> an `EngineBenchConfig`."""
-    policies = [p.strip() for p in (args.policies or "").split(",") if p.strip()]
     return EngineBenchConfig(
-        preset=args.preset,
-        steps=args.ray_steps,
-        root_budget=args.root_budget,
-        replays_per_root=args.replays_per_root,
-        policy=policies[0] if policies else "trace",
-        predictor=args.predictor,
-        m_max=args.m_max,
+        **step_bench_fields(args),
         engines=_ints(args.engines, "--engines"),
         env_workers=args.env_workers,
         barriers=tuple(b.strip() for b in args.barrier.split(",") if b.strip()),
