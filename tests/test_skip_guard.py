@@ -53,6 +53,7 @@ def test_module_level_skip_of_own_code_fails_collection(pytester):
 
 
 def test_required_extra_turns_its_skip_into_a_failure(pytester, monkeypatch):
+    monkeypatch.delenv("TRACE_GYM_REQUIRE", raising=False)  # CI sets it for the outer run
     pytester.makeconftest(CONFTEST.read_text())
     pytester.makepyfile(
         """
@@ -74,6 +75,7 @@ def test_required_extra_turns_its_skip_into_a_failure(pytester, monkeypatch):
 
 
 def test_absent_real_data_skips_and_is_required_where_asked(pytester, monkeypatch):
+    monkeypatch.delenv("TRACE_GYM_REQUIRE", raising=False)  # .ci/run sets it to "data"
     pytester.makeconftest(CONFTEST.read_text())
     pytester.makepyfile(
         """
