@@ -39,22 +39,43 @@ if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$WANT" ] && "$PY" -c "import trace_
   exit 0
 fi
 export PIP_DISABLE_PIP_VERSION_CHECK=1
-"$PY" -m pip install -q --upgrade pip
-"$PY" -c "import torch" 2>/dev/null || "$PY" -m pip install -q "torch==2.13.0"
-"$PY" -m pip install -q -e ".[$EXTRAS]"
-"$PY" -m pip install -q --no-deps "bfcl-eval==2026.3.23"
-"$PY" -m pip install -q "mpmath>=1.3"
+# pip's own output (what it collects, downloads and builds, with its progress bars) is
+# shown; SETUP_QUIET=1 makes it quiet. Each step prints one line when it starts and one
+# with its time when it ends, so a long install is never a silent wait.
+PIP_Q=()
+[ "${SETUP_QUIET:-0}" = 1 ] && PIP_Q=(-q)
+case ",$EXTRAS," in *,verl,*) NSTEPS=6 ;; *) NSTEPS=5 ;; esac
+STEP=0
+T_ALL=$SECONDS
+step() {  # step "what it does" command...
+  local what=$1 t0=$SECONDS
+  shift
+  STEP=$((STEP + 1))
+  echo "setup [$STEP/$NSTEPS] $what ..." >&2
+  "$@"
+  echo "setup [$STEP/$NSTEPS] $what: done in $((SECONDS - t0)) s" >&2
+}
+install_torch() { "$PY" -c "import torch" 2>/dev/null || "$PY" -m pip install "${PIP_Q[@]}" "torch==2.13.0"; }
+step "pip itself" "$PY" -m pip install "${PIP_Q[@]}" --upgrade pip
+step "torch 2.13.0 (CPU build; skipped when present)" install_torch
+step "trace-gym, editable, with extras [$EXTRAS]" "$PY" -m pip install "${PIP_Q[@]}" -e ".[$EXTRAS]"
+step "bfcl-eval without its dependencies" "$PY" -m pip install "${PIP_Q[@]}" --no-deps "bfcl-eval==2026.3.23"
+step "mpmath (bfcl-eval's one needed dependency)" "$PY" -m pip install "${PIP_Q[@]}" "mpmath>=1.3"
 # verl's agent-loop interfaces (trace_gym.trainers.verl_adapter), without verl's own
 # dependency set (see the `verl` extra in pyproject.toml for why); hydra-core and omegaconf
 # need the antlr4 4.9.3 runtime, and math-verify's LaTeX parser judges some answers
 # differently on 4.9.3 than on its own 4.13.2 ("25" vs "25\%"), so verl gets a venv of its
 # own (scripts/setup_verl_venv.sh) and `all` leaves it out
-case ",$EXTRAS," in *,verl,*)
-  "$PY" -m pip install -q --no-deps "verl==0.9.1" "hydra-core==1.3.2" "omegaconf==2.3.0" \
+install_verl() {
+  "$PY" -m pip install "${PIP_Q[@]}" --no-deps "verl==0.9.1" "hydra-core==1.3.2" "omegaconf==2.3.0" \
     "antlr4-python3-runtime==4.9.3"
   # verl's wheel also ships its own top-level `tests` package; in site-packages it shadows
   # this project's tests/ wherever the checkout is not first on sys.path (Ray workers
   # unpickling test helpers by module name), so it goes (tests/test_ci.py checks)
-  "$PY" -c 'import pathlib, shutil, sysconfig; t = pathlib.Path(sysconfig.get_paths()["purelib"], "tests"); (t / "special_e2e").is_dir() and shutil.rmtree(t)' ;;
+  "$PY" -c 'import pathlib, shutil, sysconfig; t = pathlib.Path(sysconfig.get_paths()["purelib"], "tests"); (t / "special_e2e").is_dir() and shutil.rmtree(t)'
+}
+case ",$EXTRAS," in *,verl,*)
+  step "verl 0.9.1, hydra-core, omegaconf, antlr4 4.9.3 without their dependencies" install_verl ;;
 esac
+echo "setup: $VENV ready in $((SECONDS - T_ALL)) s" >&2
 echo "$WANT" > "$STAMP"

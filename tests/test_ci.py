@@ -129,3 +129,26 @@ def test_make_lint_runs_ruff_format_and_mypy_on_the_configured_modules():
         assert core in files
     dev = config["project"]["optional-dependencies"]["dev"]
     assert any(d.startswith("mypy==") for d in dev), "mypy is pinned in the dev extra"
+
+
+def test_every_install_of_the_set_up_is_a_step_that_says_its_time():
+    """`make demo` spent minutes in a silent `pip -q`: each install runs through `step`, which
+    prints a line when it starts and one with its time when it ends, and pip is not quiet
+    unless SETUP_QUIET=1 asks for it."""
+    lines = [
+        ln.split("#", 1)[0] for ln in (ROOT / "scripts" / "setup_venv.sh").read_text().splitlines()
+    ]
+    stepped = {m for ln in lines for m in re.findall(r'^\s*step "[^"]*" (\w+)', ln)}
+    current = None  # the shell function whose body we are in
+    installs = 0
+    for n, ln in enumerate(lines, 1):
+        head = re.match(r"^(\w+)\(\) \{", ln)
+        current = head.group(1) if head else current
+        if "pip install" in ln:
+            installs += 1
+            assert re.match(r'^\s*step "', ln) or current in stepped, (n, ln)
+            assert " -q " not in ln, (n, ln)
+        if current and (ln.rstrip() == "}" or (head and ln.rstrip().endswith("}"))):
+            current = None
+    assert installs >= 5 and {"install_torch", "install_verl"} <= stepped
+    assert any("done in $((SECONDS - t0)) s" in ln for ln in lines)
