@@ -5,6 +5,16 @@ in the paper), root budget B = 8192, m_max = 16: median wall time of the fast ex
 solver and of the vectorised reference DP in the same run, their ratio, whether both
 reach the same objective; then the prefix split of 64 prefixes with a budget of 32.
 Goals (issue 3): fast <= 20 ms, >= 20x faster than the reference, prefix <= 100 us.
+
+`--scale 256,4096,65536` times the whole allocation step at each size instead (issue 28):
+P candidates (Beta(0.3, 0.3)), root budget 2P, the exact root solve; every selected
+prompt's m roots of 4 turns give 3m inner prefixes (random values and 0/1 rewards); the
+step's 2 replays per root split by root count (`split_budget`); then the prefix split,
+per prompt (`solve_prefixes` in a loop, as the runner's per-prompt expansion calls it) and
+batched (`solve_prefixes_batch`, one call, as the global expansion does), and through the
+allocator API (`TraceAllocator.allocate_prefixes_batch` on `PrefixCandidate` records).
+Each figure with its ratio to the smallest size. Goals at the largest size: the whole step
+(root solve + split + batched prefix split) <= 3x the root solve and <= 300 ms.
 """
 
 from __future__ import annotations
@@ -19,7 +29,14 @@ from pathlib import Path
 
 import numpy as np
 
-from trace_gym.alloc.solvers import solve_prefixes, solve_roots, solve_roots_reference
+from trace_gym.alloc import make_allocator, split_budget
+from trace_gym.alloc.base import PrefixCandidate
+from trace_gym.alloc.solvers import (
+    solve_prefixes,
+    solve_prefixes_batch,
+    solve_roots,
+    solve_roots_reference,
+)
 from trace_gym.cli import Parser
 
 
@@ -84,6 +101,100 @@ def run(
     }
 
 
+def _step_problem(p: int, seed: int) -> dict:
+    """One synthetic step at `p` candidates: values, root counts, prefixes, replay shares."""
+    rng = np.random.default_rng(seed)
+    values = rng.beta(0.3, 0.3, size=p)
+    counts = solve_roots(values, 2 * p, 16).counts
+    kept = counts[counts > 0]
+    sizes = 3 * kept  # 4-turn rollouts: 3 inner prefixes each
+    n = int(sizes.sum())
+    return {
+        "values": values,
+        "kept": kept,
+        "sizes": sizes,
+        "pv": rng.random(n),
+        "pr": rng.integers(0, 2, size=n).astype(float),
+    }
+
+
+def _time_step(prob: dict, repeats: int, loop: bool) -> dict:
+    """Median seconds of each stage of one step (`loop`: also the per-prompt prefix loop)."""
+    values, kept, sizes, pv, pr = (prob[k] for k in ("values", "kept", "sizes", "pv", "pr"))
+    p = values.size
+    shares = split_budget(kept, 2 * int(kept.sum()))
+    bounds = np.r_[0, np.cumsum(sizes)]
+    out = {
+        "root_s": _median_seconds(lambda: solve_roots(values, 2 * p, 16), repeats),
+        "split_s": _median_seconds(lambda: split_budget(kept, 2 * int(kept.sum())), repeats),
+        "prefix_batch_s": _median_seconds(
+            lambda: solve_prefixes_batch(pv, pr, sizes, shares), repeats
+        ),
+    }
+    if loop:
+
+        def per_prompt():
+            for g in range(sizes.size):
+                solve_prefixes(
+                    pv[bounds[g] : bounds[g + 1]], pr[bounds[g] : bounds[g + 1]], int(shares[g])
+                )
+
+        out["prefix_loop_s"] = _median_seconds(per_prompt, 1)
+    records = [
+        [
+            PrefixCandidate(rollout=j // 3, node=j + 1, depth=1 + j % 3, reward=pr[i], value=pv[i])
+            for j, i in enumerate(range(bounds[g], bounds[g + 1]))
+        ]
+        for g in range(sizes.size)
+    ]
+    alloc = make_allocator("trace")
+    rngs = [np.random.default_rng(0)] * sizes.size
+    out["prefix_api_s"] = _median_seconds(
+        lambda: alloc.allocate_prefixes_batch(records, shares.tolist(), rngs), 1
+    )
+    out["step_s"] = out["root_s"] + out["split_s"] + out["prefix_batch_s"]
+    out |= {"candidates": p, "prompts": int(sizes.size), "prefixes": int(sizes.sum())}
+    return out
+
+
+def run_scale(sizes: list[int], *, repeats: int = 5, loop_max: int = 65536, seed: int = 0) -> dict:
+    """`--scale`: each stage of the allocation step per size, with ratios to the smallest."""
+    rows = [_time_step(_step_problem(p, seed), repeats, p <= loop_max) for p in sizes]
+    base = rows[0]
+    for r in rows:
+        r["ratio_to_smallest"] = {
+            k: r[k] / base[k] for k in r if k.endswith("_s") and k in base and base[k] > 0
+        }
+    big = rows[-1]
+    return {
+        "sizes": sizes,
+        "rows": rows,
+        "goals_met": {
+            f"step<=3x_root@{big['candidates']}": big["step_s"] <= 3 * big["root_s"],
+            f"step<=300ms@{big['candidates']}": big["step_s"] <= 0.3,
+        },
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+    }
+
+
+def _print_scale(r: dict) -> None:
+    cols = ["root_s", "split_s", "prefix_loop_s", "prefix_batch_s", "prefix_api_s", "step_s"]
+    print("allocation step by size (ms; x = ratio to the smallest size)")
+    print(f"{'P':>7} {'prompts':>7} {'prefixes':>8} " + " ".join(f"{c[:-2]:>18}" for c in cols))
+    for row in r["rows"]:
+        cells = [
+            f"{row[c] * 1e3:9.1f} ({row['ratio_to_smallest'].get(c, float('nan')):5.0f}x)"
+            if c in row
+            else f"{'-':>18}"
+            for c in cols
+        ]
+        print(f"{row['candidates']:>7} {row['prompts']:>7} {row['prefixes']:>8} " + " ".join(cells))
+    print(
+        "goals: " + ", ".join(f"{k} {'met' if v else 'MISSED'}" for k, v in r["goals_met"].items())
+    )
+
+
 def main(argv: list[str]) -> int:
     """Entry point of `trace-gym bench alloc-speed [--json PATH]`."""
     p = Parser(
@@ -100,7 +211,17 @@ def main(argv: list[str]) -> int:
         "--reference-repeats", type=int, default=3, help="runs of the reference DP (median)"
     )
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--scale",
+        type=_sizes,
+        help="comma-separated candidate counts, e.g. 256,4096,65536: the whole step per size",
+    )
     args = p.parse_args(argv)
+    if args.scale:
+        r = run_scale(args.scale, repeats=max(1, min(args.repeats, 5)), seed=args.seed)
+        _print_scale(r)
+        _write_json(args.json, r)
+        return 0
     r = run(
         candidates=args.candidates,
         budget=args.budget,
@@ -127,8 +248,24 @@ def main(argv: list[str]) -> int:
     print(
         "goals: " + ", ".join(f"{k} {'met' if v else 'MISSED'}" for k, v in r["goals_met"].items())
     )
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(r, indent=2) + "\n")
-        print(f"wrote {args.json}")
+    _write_json(args.json, r)
     return 0
+
+
+def _sizes(text: str) -> list[int]:
+    try:
+        sizes = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        sizes = []
+    if not sizes or any(x < 2 for x in sizes) or sizes != sorted(sizes):
+        raise argparse.ArgumentTypeError(
+            f"--scale wants increasing candidate counts >= 2 separated by commas, got {text!r}"
+        )
+    return sizes
+
+
+def _write_json(path: Path | None, r: dict) -> None:
+    if path:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(r, indent=2) + "\n")
+        print(f"wrote {path}")

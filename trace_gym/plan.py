@@ -41,7 +41,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from trace_gym.alloc import split_budget
-from trace_gym.alloc.base import Candidate, PrefixCandidate, VisitHistory
+from trace_gym.alloc.base import BatchPrefixAllocator, Candidate, PrefixCandidate, VisitHistory
 from trace_gym.alloc.candidates import prefix_candidates
 from trace_gym.alloc.policies import uniform_roots
 from trace_gym.budget import Stopwatch
@@ -295,53 +295,99 @@ def expand(ctx: StepContext, w: PromptWork) -> list[Episode]:
 
 def plan_replays(ctx: StepContext, w: PromptWork) -> ReplayPlan:
     """Score `w`'s prefixes and allocate its replays (changes nothing)."""
-    tree = w.tree
-    prefix_ids = prefix_nodes(tree)
-    if w.replay_budget <= 0 or not prefix_ids:
-        return ReplayPlan({}, [], [])
+    return plan_replays_batch(ctx, [w], batched=False)[0]
+
+
+def expand_all(ctx: StepContext, works: Sequence[PromptWork]) -> list[list[Episode]]:
+    """The scheduler's global-expansion hook: `plan_replays_batch` over every held prompt,
+    each recorded by `PromptWork.take_replays`; each prompt's replays, in order."""
+    plans = plan_replays_batch(ctx, works)
+    return [w.take_replays(p, ctx.report) for w, p in zip(works, plans, strict=True)]
+
+
+def plan_replays_batch(
+    ctx: StepContext, works: Sequence[PromptWork], *, batched: bool = True
+) -> list[ReplayPlan]:
+    """`plan_replays` of many prompts with one predictor call and, for an allocator that is
+    a `BatchPrefixAllocator` (and `batched`), one allocator call: the same plans."""
+    todo = [(w, prefix_nodes(w.tree)) for w in works]
+    todo = [(w, ids) for w, ids in todo if w.replay_budget > 0 and ids]
     states = [
         State(
-            tree.prompt_id,
-            tree.prompt,
-            tuple((t.action, t.observation) for t in tree.turns(n)),
-            tree.env_id,
+            w.tree.prompt_id,
+            w.tree.prompt,
+            tuple((t.action, t.observation) for t in w.tree.turns(n)),
+            w.tree.env_id,
         )
-        for n in prefix_ids
+        for w, ids in todo
+        for n in ids
     ]
-    values = {n: float(v) for n, v in zip(prefix_ids, ctx.predict(states), strict=True)}
-    conc = dict(zip(prefix_ids, _concentrations(ctx, states), strict=True))
-    cands, counts = _allocate_prefixes(ctx, w, values, conc)
-    replays, charges = _replay_episodes(ctx, w, cands, counts)
-    return ReplayPlan(values, replays, charges)
+    flat_values = list(ctx.predict(states)) if states else []
+    flat_conc: Sequence[float | None] = _concentrations(ctx, states) if states else []
+    records, at = [], 0
+    for w, ids in todo:
+        values = {n: float(v) for n, v in zip(ids, flat_values[at : at + len(ids)], strict=True)}
+        conc = dict(zip(ids, flat_conc[at : at + len(ids)], strict=True))
+        records.append((w, values, *_prefix_records(ctx, w, values, conc)))
+        at += len(ids)
+    counts = _allocate_all(ctx, [r[2:] for r in records], batched)
+    plans = {}
+    for (w, values, cands, budget, _), c in zip(records, counts, strict=True):
+        checked = _checked_prefix_counts(ctx, w, cands, c, budget)
+        plans[id(w)] = ReplayPlan(values, *_replay_episodes(ctx, w, cands, checked))
+    return [plans.get(id(w), ReplayPlan({}, [], [])) for w in works]
 
 
-def _allocate_prefixes(
-    ctx: StepContext,
-    w: PromptWork,
-    values: Mapping[int, float],
-    conc: Mapping[int, float | None] | None = None,
-) -> tuple[list[PrefixCandidate], np.ndarray]:
-    """The prompt's prefix records (with `conc`, node -> Beta concentration) and the
-    allocator's (checked) replays per prefix."""
-    tree, allocator = w.tree, ctx.allocator
-    cost_aware = is_cost_aware(allocator)
+def _prefix_records(
+    ctx: StepContext, w: PromptWork, values: Mapping[int, float], conc: Mapping[int, float | None]
+) -> tuple[list[PrefixCandidate], float, np.random.Generator]:
+    """The prompt's prefix records (with `conc`, node -> Beta concentration), its prefix
+    budget and the allocator's random stream for it."""
+    tree, cost_aware = w.tree, is_cost_aware(ctx.allocator)
     leaves = [_chain_leaf(tree, first) for first in tree.root.children]
     cands = prefix_candidates(tree, leaves, values, cost=ctx.budget.prefix_cost(cost_aware))
     if conc and any(k is not None for k in conc.values()):
         cands = [replace(c, concentration=conc.get(c.node)) for c in cands]
     budget = ctx.budget.prefix_budget(w.replay_budget, cost_aware)
     rng = np.random.default_rng(stable_seed("prefixes", ctx.seed, ctx.step, tree.prompt_id))
+    return cands, budget, rng
+
+
+def _allocate_all(
+    ctx: StepContext,
+    records: Sequence[tuple[list[PrefixCandidate], float, np.random.Generator]],
+    batched: bool,
+) -> list[Any]:
+    """The allocator's raw replays per prefix for each (cands, budget, rng) record."""
+    allocator = ctx.allocator
     with ctx.stopwatch("allocator"):
-        raw = allocator.allocate_prefixes(cands, budget, rng)
+        if batched and len(records) > 1 and isinstance(allocator, BatchPrefixAllocator):
+            cands, budgets, rngs = (list(x) for x in zip(*records, strict=True))
+            raw = allocator.allocate_prefixes_batch(cands, budgets, rngs)
+            if not isinstance(raw, list) or len(raw) != len(records):
+                raise AllocationError(
+                    f"allocator {_name(allocator)}.allocate_prefixes_batch returned "
+                    f"{type(raw).__name__} for {len(records)} prompts; expected a list of "
+                    "one count array per prompt"
+                )
+            return raw
+        return [allocator.allocate_prefixes(c, b, r) for c, b, r in records]
+
+
+def _checked_prefix_counts(
+    ctx: StepContext, w: PromptWork, cands: list[PrefixCandidate], raw: Any, budget: float
+) -> np.ndarray:
+    """The allocator's replays for `w`, checked (shape, and a cost-aware budget kept)."""
+    allocator = ctx.allocator
     counts = _check_counts(raw, len(cands), allocator, "prefix")
-    if cost_aware:
+    if is_cost_aware(allocator):
         spent = float(counts @ np.array([c.cost for c in cands])) if cands else 0.0
         if spent > budget + _COST_TOLERANCE:
             raise AllocationError(
                 f"cost-aware allocator {_name(allocator)} spent {spent:.6g} trajectory-"
-                f"equivalents on prompt {tree.prompt_id!r}, over its budget of {budget:.6g}"
+                f"equivalents on prompt {w.tree.prompt_id!r}, over its budget of {budget:.6g}"
             )
-    return cands, counts
+    return counts
 
 
 def _replay_episodes(

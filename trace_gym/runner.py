@@ -372,7 +372,7 @@ class BranchingRunner:
 
         The one stage a distributed runner replaces (`trace_gym.distributed.RayRunner`).
         """
-        StepScheduler(ctx, partial(plan.expand, ctx)).run(works)
+        StepScheduler(ctx, partial(plan.expand, ctx), partial(plan.expand_all, ctx)).run(works)
         return 0
 
     def _describe(self, task_id: str, sw: Stopwatch) -> plan.Described:

@@ -84,12 +84,20 @@ class StepScheduler:
     """Runs the episodes of one step (see the module docstring).
 
     `on_roots_done(work)` is called once per prompt, after its root rollouts are in its
-    tree, and returns the replays to run from that tree's prefixes (or none).
+    tree, and returns the replays to run from that tree's prefixes (or none). Under the
+    global expansion (every prompt's roots first), `on_all_roots_done(works)`, when given,
+    is called once with every prompt instead and returns each one's replays, in order.
     """
 
-    def __init__(self, ctx: StepContext, on_roots_done: Callable[[PromptWork], list[Episode]]):
+    def __init__(
+        self,
+        ctx: StepContext,
+        on_roots_done: Callable[[PromptWork], list[Episode]],
+        on_all_roots_done: Callable[[list[PromptWork]], list[list[Episode]]] | None = None,
+    ):
         self.ctx = ctx
         self.on_roots_done = on_roots_done
+        self.on_all_roots_done = on_all_roots_done
         self.policy, self.pool = ctx.policy, ctx.pool
         self._step, self._report, self._sw = ctx.step, ctx.report, ctx.stopwatch
         self._round = 0
@@ -356,15 +364,22 @@ class StepScheduler:
             w.phase = "held"  # global barrier: expand once every root of the step is done
             self._held.append(w)
             if self._roots_open == 0:
-                for h in sorted(self._held, key=lambda h: h.order):
-                    self._expand(h, pending)
+                held = sorted(self._held, key=lambda h: h.order)
                 self._held = []
+                if self.on_all_roots_done is None:
+                    for h in held:
+                        self._expand(h, pending)
+                    return
+                for h, replays in zip(held, self.on_all_roots_done(held), strict=True):
+                    self._expand(h, pending, replays)
         elif w.phase == "replays" and all(e.done for e in w.replays):
             self._close(w)
 
-    def _expand(self, w: PromptWork, pending: list[Episode]) -> None:
-        """Allocate `w`'s replays (the ``on_roots_done`` hook) and queue them, or close it."""
-        w.replays = list(self.on_roots_done(w))
+    def _expand(
+        self, w: PromptWork, pending: list[Episode], replays: list[Episode] | None = None
+    ) -> None:
+        """Queue `w`'s replays (`replays`, else the ``on_roots_done`` hook's), or close it."""
+        w.replays = list(self.on_roots_done(w) if replays is None else replays)
         # checkpoints no replay will restore are released now, the rest when the tree closes
         used = {e.anchor for e in w.replays}
         for n in [n for n in w.checkpoints if n not in used]:

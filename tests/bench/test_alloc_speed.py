@@ -46,3 +46,30 @@ def test_cli_writes_json(tmp_path):
     assert "speedup" in proc.stdout
     data = json.loads(out.read_text())
     assert KEYS <= set(data) and data["objective_equal"] is True
+
+
+def test_scale_reports_every_stage_per_size_with_ratios(tmp_path, capsys):
+    from trace_gym.bench.alloc_speed import main
+
+    out = tmp_path / "scale.json"
+    assert main(["--scale", "64,256", "--repeats", "1", "--json", str(out)]) == 0
+    r = json.loads(out.read_text())
+    assert r["sizes"] == [64, 256] and len(r["rows"]) == 2
+    for row in r["rows"]:
+        stages = {"root_s", "split_s", "prefix_loop_s", "prefix_batch_s", "prefix_api_s", "step_s"}
+        assert stages <= set(row) and all(row[k] > 0 for k in stages)
+        assert row["step_s"] == row["root_s"] + row["split_s"] + row["prefix_batch_s"]
+        assert set(row["ratio_to_smallest"]) == stages
+    assert r["rows"][0]["ratio_to_smallest"]["root_s"] == 1.0
+    assert set(r["goals_met"]) == {"step<=3x_root@256", "step<=300ms@256"}
+    assert "allocation step by size" in capsys.readouterr().out
+
+
+def test_scale_refuses_a_bad_size_list_in_one_line():
+    proc = subprocess.run(
+        [sys.executable, "-m", "trace_gym.cli", "bench", "alloc-speed", "--scale", "4096,256"],
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.count("\n") == 1 and "--scale wants increasing" in proc.stderr

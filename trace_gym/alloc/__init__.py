@@ -2,6 +2,7 @@
 
 - `solve_roots` / `solve_roots_reference`: exact root allocation (fast / reference DP);
 - `solve_prefixes`: exact split of one prompt's continuation budget over its prefixes;
+- `solve_prefixes_batch`: the same split for many prompts in one vectorised call;
 - `split_budget`: largest-remainder rounding that sums exactly;
 - `prefix_candidates`: replayable prefixes of a finished rollout tree;
 - `ALLOCATORS` / `make_allocator(name, **kwargs)`: the policies of `policies.py`;
@@ -45,6 +46,7 @@ from trace_gym.alloc.solvers import (
     RootSolution,
     root_value,
     solve_prefixes,
+    solve_prefixes_batch,
     solve_roots,
     solve_roots_reference,
     split_budget,
@@ -84,6 +86,7 @@ __all__ = [
     "remaining_turn_cost",
     "root_value",
     "solve_prefixes",
+    "solve_prefixes_batch",
     "solve_roots",
     "solve_roots_reference",
     "split_budget",

@@ -121,3 +121,22 @@ class Allocator(Protocol):
         `cost`; its counts may then sum to anything whose total cost fits the budget.
         """
         ...
+
+
+@runtime_checkable
+class BatchPrefixAllocator(Protocol):
+    """An allocator that splits many prompts' replays in one call (`BaseAllocator` is one).
+
+    The runner's global expansion (``expansion = "global"``: every prompt's roots are done
+    before any prefix is expanded) calls it once per step instead of `allocate_prefixes`
+    once per prompt; answers must equal the per-prompt calls'.
+    """
+
+    def allocate_prefixes_batch(
+        self,
+        prefixes: Sequence[Sequence[PrefixCandidate]],
+        budgets: Sequence[float],
+        rngs: Sequence[np.random.Generator],
+    ) -> list[np.ndarray]:
+        """`allocate_prefixes(prefixes[g], budgets[g], rngs[g])` for every prompt g, in order."""
+        ...

@@ -30,6 +30,7 @@ from trace_gym.alloc.solvers import (
     root_increments,
     root_value,
     solve_prefixes,
+    solve_prefixes_batch,
     solve_roots,
     solve_roots_costed,
     whole_number,
@@ -153,6 +154,19 @@ class BaseAllocator:
     ) -> np.ndarray:
         return np.zeros(len(prefixes), dtype=np.int64)
 
+    def allocate_prefixes_batch(
+        self,
+        prefixes: Sequence[Sequence[PrefixCandidate]],
+        budgets: Sequence[float],
+        rngs: Sequence[np.random.Generator],
+    ) -> list[np.ndarray]:
+        """`allocate_prefixes` for every prompt, in order (`BatchPrefixAllocator`); a policy
+        whose split vectorises across prompts overrides it (TRACE does)."""
+        return [
+            self.allocate_prefixes(p, b, r)  # type: ignore[arg-type]
+            for p, b, r in zip(prefixes, budgets, rngs, strict=True)
+        ]
+
     def __repr__(self) -> str:
         fields = ", ".join(f"{k}={v!r}" for k, v in vars(self).items() if not k.startswith("_"))
         return f"{type(self).__name__}({fields})"
@@ -247,6 +261,30 @@ class TraceAllocator(BaseAllocator):
             cost_aware=self.cost_aware,
             posterior=self.objective == "posterior",
         )
+
+    def allocate_prefixes_batch(
+        self,
+        prefixes: Sequence[Sequence[PrefixCandidate]],
+        budgets: Sequence[float],
+        rngs: Sequence[np.random.Generator],
+    ) -> list[np.ndarray]:
+        """Every prompt's `allocate_prefixes` at once (`solve_prefixes_batch`): same counts."""
+        if type(self).allocate_prefixes is not TraceAllocator.allocate_prefixes:
+            return super().allocate_prefixes_batch(prefixes, budgets, rngs)  # own prefix rule
+        flat = [p for ps in prefixes for p in ps]
+        if not flat:
+            return [np.zeros(0, dtype=np.int64) for _ in prefixes]
+        use_true, posterior = self.use_true_prefixes, self.objective == "posterior"
+        conc = _concentrations(flat) if posterior and not use_true else None
+        batch = solve_prefixes_batch(
+            [_true(p, "prefix") if use_true else p.value for p in flat],
+            [p.reward for p in flat],
+            [len(ps) for ps in prefixes],
+            list(budgets),
+            [p.cost for p in flat] if self.cost_aware else None,
+            concentrations=conc,
+        )
+        return [s.counts for s in batch.split()]
 
 
 class OracleAllocator(TraceAllocator):

@@ -109,6 +109,25 @@ class PrefixSolution(NamedTuple):
     objective: float
 
 
+class PrefixBatch(NamedTuple):
+    """`solve_prefixes_batch`'s answer: every prompt's replays per prefix, one flat array.
+
+    Prompt g's counts are ``counts[bounds[g]:bounds[g + 1]]`` and its objective
+    ``objectives[g]``; `split()` gives them as one `PrefixSolution` per prompt.
+    """
+
+    counts: np.ndarray
+    objectives: np.ndarray
+    bounds: np.ndarray
+
+    def split(self) -> list[PrefixSolution]:
+        """One `PrefixSolution` per prompt, in order."""
+        return [
+            PrefixSolution(c, float(o))
+            for c, o in zip(np.split(self.counts, self.bounds[1:-1]), self.objectives, strict=True)
+        ]
+
+
 # ----------------------------------------------------------------------------- checks
 def _as_values(values, what: str = "values") -> np.ndarray:
     try:
@@ -799,6 +818,115 @@ def solve_prefixes(
         counts = _knapsack_split(q, costs, float(budget), int(resolution), conc)
     value = prefix_value(q, counts) if conc is None else posterior_prefix_value(q, conc, counts)
     return PrefixSolution(counts, float(value.sum()))
+
+
+def _batched_heap_split(
+    q: np.ndarray, sizes: np.ndarray, budgets: np.ndarray, conc: np.ndarray | None
+) -> np.ndarray:
+    """`_heap_split` (or `_heap_split_posterior`) of every group at once, same counts.
+
+    Groups of one size form a (groups, size) table, rows by budget, largest first. Each
+    pass gives one replay to every row with budget left (a leading slice of the table):
+    to the prefix whose next replay gains most (`argmin` of minus the gain: the lowest
+    index on ties, as the heaps order (gain, index)), with the heaps' float operations, so
+    the counts are the per-group ones exactly. Passes = the largest budget.
+    """
+    counts = np.zeros(q.size, dtype=np.int64)
+    starts = np.r_[0, np.cumsum(sizes)[:-1]].astype(np.int64)
+    for size in np.unique(sizes[(sizes > 0) & (budgets > 0)]):
+        groups = np.flatnonzero((sizes == size) & (budgets > 0))
+        groups = groups[np.argsort(-budgets[groups], kind="stable")]
+        cells = starts[groups][:, None] + np.arange(size)
+        x, qq = q[cells] - 1.0, q[cells]  # minus the first replay's gain, as the heaps store it
+        cc = None if conc is None else conc[cells]
+        k = np.zeros(cells.shape, dtype=np.int64)
+        left = budgets[groups]
+        for t in range(int(left[0])):
+            live = int(np.searchsorted(-left, -t, side="left"))  # rows whose budget > t
+            rows = np.arange(live)
+            pick = x[:live].argmin(axis=1)
+            k[rows, pick] += 1
+            if cc is None:
+                ratio = qq[rows, pick]
+            else:
+                c, kp = cc[rows, pick], k[rows, pick].astype(float)
+                with np.errstate(invalid="ignore"):
+                    ratio = np.where(
+                        np.isinf(c), qq[rows, pick], (qq[rows, pick] * c + kp - 1.0) / (c + kp)
+                    )
+            x[rows, pick] = x[rows, pick] * ratio
+        counts[cells] = k
+    return counts
+
+
+def _batch_shape(sizes, budgets, prefixes: int) -> tuple[np.ndarray, np.ndarray]:
+    """`sizes` (int64) and `budgets` (float) of a batch, checked against its prefix count."""
+    try:
+        n = np.asarray(sizes, dtype=np.int64)
+        b = np.asarray(budgets, dtype=float)
+    except (TypeError, ValueError) as e:
+        raise AllocationError(f"sizes and budgets must be numbers; got {sizes!r:.60}") from e
+    if n.ndim != 1 or b.shape != n.shape or np.any(n < 0) or int(n.sum()) != prefixes:
+        raise AllocationError(
+            f"need one size >= 0 and one budget per prompt, sizes summing to the {prefixes} "
+            f"prefixes; got {n.size} sizes (sum {int(n.sum()) if n.ndim == 1 else '?'}) "
+            f"and {b.size} budgets"
+        )
+    return n, b
+
+
+def solve_prefixes_batch(
+    values: Sequence[float],
+    rewards: Sequence[float],
+    sizes: Sequence[int],
+    budgets: Sequence[float],
+    costs: Sequence[float] | None = None,
+    *,
+    resolution: int = 100,
+    concentrations: Sequence[float | None] | None = None,
+) -> PrefixBatch:
+    """`solve_prefixes` for many prompts in one call: the same counts, prompt by prompt.
+
+    The prompts' prefixes come one prompt after another (`sizes[g]` of them for prompt g,
+    whose budget is `budgets[g]`). Without `costs` the max-heap greedy of every prompt
+    runs at once, vectorised over prompts (one numpy pass per replay of the largest
+    budget instead of one Python heap per prompt); with `costs` each prompt's knapsack
+    DP runs in turn (the DP is per prompt).
+    """
+    if len(values) == 0 and len(rewards) == 0:  # no prompt has a prefix: nothing to split
+        zero = np.zeros(len(sizes), dtype=np.int64)
+        return PrefixBatch(np.zeros(0, dtype=np.int64), zero.astype(float), np.r_[0, zero])
+    q = _repeat_probability(values, rewards)
+    conc = check_concentrations(concentrations, q.size)
+    n, b = _batch_shape(sizes, budgets, q.size)
+    bounds = np.r_[0, np.cumsum(n)]
+    if costs is None:
+        if not np.all(np.isfinite(b)) or np.any(b < 0) or np.any(b != np.round(b)):
+            raise AllocationError(
+                "prefix budgets must be whole numbers >= 0 (replays) without costs; got "
+                f"{b[~np.isfinite(b) | (b < 0) | (b != np.round(b))][:5].tolist()}"
+            )
+        counts = _batched_heap_split(q, n, b.astype(np.int64), conc)
+    else:
+        c = np.asarray(costs, dtype=float)
+        if c.shape != q.shape:
+            raise AllocationError(f"need one cost per prefix: {c.shape} costs for {q.shape} values")
+        if not np.all(np.isfinite(b)) or np.any(b < 0):
+            raise AllocationError(f"prefix budgets must be finite and >= 0; got {b[:5].tolist()}")
+        parts = [
+            _knapsack_split(
+                q[lo:hi],
+                c[lo:hi],
+                float(bg),
+                int(resolution),
+                None if conc is None else conc[lo:hi],
+            )
+            for lo, hi, bg in zip(bounds[:-1], bounds[1:], b.tolist(), strict=True)
+        ]
+        counts = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+    value = prefix_value(q, counts) if conc is None else posterior_prefix_value(q, conc, counts)
+    objectives = np.bincount(np.repeat(np.arange(n.size), n), weights=value, minlength=n.size)
+    return PrefixBatch(counts, objectives, bounds)
 
 
 # ----------------------------------------------------------------------------- splitting
