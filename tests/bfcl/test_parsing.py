@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import random
+import re
+
 import pytest
 from trace_gym.envs.bfcl.parsing import Call, parse_action, parse_python_calls
 
@@ -99,3 +102,40 @@ def test_to_bfcl_matches_bfcl_string_form_and_round_trips():
     call = Call("f", (1,), {"a": "x", "b": [1.5, True], "c": None})
     assert call.to_bfcl() == "f(1,a='x',b=[1.5, True],c=None)"
     assert parse_python_calls(call.to_bfcl()) == [call]
+
+
+# the two patterns the parser used before it sliced by hand (kept here as the reference
+# semantics on short messages, where their backtracking is harmless)
+_OLD_TOOL_CALL = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|\Z)", re.S)
+_OLD_FENCE = re.compile(r"^```[a-zA-Z]*\s*\n?(.*?)\n?\s*```$", re.S)
+
+
+def test_block_and_fence_slicing_read_what_the_old_patterns_read():
+    from trace_gym.envs.bfcl.parsing import _tool_blocks, _unfence
+
+    rng = random.Random(7)
+    pieces = ["<tool_call>", "</tool_call>", "```", "json", " ", "\n", "\t", "x", "{}", "ab c"]
+    for _ in range(3000):
+        text = "".join(rng.choice(pieces) for _ in range(rng.randint(0, 9)))
+        assert _tool_blocks(text) == _OLD_TOOL_CALL.findall(text), text
+        m = _OLD_FENCE.match(text.strip())
+        stripped = text.strip()
+        assert _unfence(stripped) == (m.group(1).strip() if m else stripped), text
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize(
+    "text",
+    [
+        "```json\n" + " " * 20_000 + "x",  # took hours: the fence pattern was cubic here
+        "```" + " \n" * 10_000,
+        "<tool_call>x" + " " * 20_000 + "y",
+        "<tool_call>" + " \n" * 10_000 + "{",
+        "[" + ",".join(["f(a=1)"] * 2_800) + "]",
+        "{}; " * 5_000,
+    ],
+    ids=["open-fence-spaces", "fence-newlines", "block-spaces", "block-newlines", "calls", "semis"],
+)
+def test_long_actions_parse_to_an_answer(text):
+    parsed = parse_action(text)
+    assert isinstance(parsed.calls, tuple) and isinstance(parsed.errors, tuple)
