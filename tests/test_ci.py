@@ -129,3 +129,9 @@ def test_make_lint_runs_ruff_format_and_mypy_on_the_configured_modules():
         assert core in files
     dev = config["project"]["optional-dependencies"]["dev"]
     assert any(d.startswith("mypy==") for d in dev), "mypy is pinned in the dev extra"
+
+
+def test_ci_requires_the_real_data_and_the_browser_tests():
+    """Both are declared skip categories (tests/conftest.py); in CI neither may skip."""
+    run = (ROOT / ".ci" / "run").read_text()
+    assert "\nexport TRACE_GYM_REQUIRE=data,browser\n" in run

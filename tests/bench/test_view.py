@@ -255,17 +255,32 @@ def test_rollout_output_opens_with_its_skipped_candidates(tmp_path):
         assert step["skipped"] is not None and len(step["selected"]) + len(step["skipped"]) == 12
 
 
-@pytest.mark.parametrize("euid, outcome", [(0, "failed"), (1000, "skipped")])
-def test_a_chromium_skip_is_allowed_only_where_the_setup_cannot_be_root(
-    pytester, monkeypatch, euid, outcome
+@pytest.mark.parametrize("require, outcome", [("", "skipped"), ("data,browser", "failed")])
+def test_a_missing_browser_skips_with_its_line_unless_required(
+    pytester, monkeypatch, tmp_path, require, outcome
 ):
-    monkeypatch.setattr("os.geteuid", lambda: euid)
+    """No browser on PATH: the browser test skips with what to install, root or not;
+    TRACE_GYM_REQUIRE=browser (as .ci/run sets it) turns that skip into a failure."""
+    monkeypatch.setenv("PATH", str(tmp_path))  # no chromium, no chromedriver
+    monkeypatch.delenv("TRACE_GYM_CHROMIUM", raising=False)
+    monkeypatch.setenv("TRACE_GYM_REQUIRE", require)
+    monkeypatch.setattr("os.geteuid", lambda: 0)
     pytester.makeconftest((Path(__file__).parents[1] / "conftest.py").read_text())
     pytester.makepyfile(
-        "import pytest\n\ndef test_view():\n    pytest.skip('chromium missing: apt-get install -y chromium chromium-driver')\n"
+        """
+        import pytest
+        from trace_gym.bench.browser import BrowserMissing, find_browser
+
+        def test_view():
+            try:
+                find_browser()
+            except BrowserMissing as e:
+                pytest.skip(str(e))
+        """
     )
-    result = pytester.runpytest_inprocess("-p", "no:cacheprovider")
+    result = pytester.runpytest_inprocess("-p", "no:cacheprovider", "-rs")
     result.assert_outcomes(**{outcome: 1})
+    result.stdout.fnmatch_lines(["*browser missing: none of chromium*apt-get install*"])
 
 
 def test_budget_by_depth_counts_roots_and_replays_at_their_prefix():

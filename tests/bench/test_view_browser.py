@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import os
 from contextlib import contextmanager
 
 import pytest
-from trace_gym.bench.browser import INSTALL, BrowserMissing, open_page
+from trace_gym.bench.browser import BrowserMissing, find_browser, open_page
 from trace_gym.bench.view import budget_by_depth, write_view
 from trace_gym.bench.view_bench import HOSTILE, hostile_tree, synthetic_trees
 
@@ -17,14 +16,13 @@ pytestmark = pytest.mark.browser
 
 @contextmanager
 def _opened(html):
-    """`open_page`, failing with the install command where the set-up is root."""
+    """`open_page`; without a browser the test skips with `MISSING` 's line (what to install),
+    which the skip guard allows unless TRACE_GYM_REQUIRE=browser (CI) says it must run."""
     try:
         with open_page(html) as p:
             yield p
     except BrowserMissing as e:
-        if os.geteuid() == 0:  # the set-up installs chromium as root: missing is a failure
-            pytest.fail(f"{e}\ninstall: {INSTALL}")
-        pytest.skip(f"chromium missing where the set-up cannot be root: {e}")
+        pytest.skip(str(e))
 
 
 @pytest.fixture
@@ -124,9 +122,11 @@ def test_view_cli_screenshot_opens_the_prompt_with_most_pairs(tmp_path):
     trees = synthetic_trees(3, 20) + [hostile_tree()]
     src = save_trees(trees, tmp_path / "t.jsonl")
     png = tmp_path / "shot.png"
+    try:
+        find_browser()
+    except BrowserMissing as e:
+        pytest.skip(str(e))
     code = main([str(src), "--out", str(tmp_path / "v.html"), "--screenshot", str(png)])
-    if code == 2 and not png.exists() and os.geteuid() != 0:
-        pytest.skip("chromium missing where the set-up cannot be root")
     assert code == 0 and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
