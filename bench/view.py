@@ -269,9 +269,17 @@ def page_html(data: dict[str, Any]) -> str:
 
 # ---------------------------------------------------------------------- files
 def collect_paths(paths: Sequence[str | Path]) -> list[Path]:
-    """Tree files named directly, or every ``*.jsonl[.gz]`` in a named folder (sorted)."""
+    """Tree files named directly, or every ``*.jsonl[.gz]`` in a named folder (sorted); a
+    training run's folder (it has ``metrics.jsonl``) stands for its ``trees/``."""
     out: list[Path] = []
     for p in map(Path, paths):
+        if (p / "metrics.jsonl").is_file():  # a `trace-gym train` run: its trees/ folder
+            if not (p / "trees").is_dir():
+                raise ViewError(
+                    f"{p}: this training run saved no trees (no trees/ folder); train with "
+                    "save_trees = true in the config (or --set save_trees=true)"
+                )
+            p = p / "trees"
         if p.is_dir():
             found = sorted(q for q in p.rglob("*") if q.name.endswith((".jsonl", ".jsonl.gz")))
             if not found:

@@ -287,3 +287,26 @@ def test_budget_by_depth_counts_roots_and_replays_at_their_prefix():
     assert budget_by_depth([hostile_tree()]) == {0: 2, 1: 1}
     nodes = page_data([hostile_tree()], title="t")["trees"][0]["nodes"]
     assert [i for i, n in enumerate(nodes) if n.get("br")] == [3]  # the replay from node 1
+
+
+def test_the_cpu_training_configs_save_the_trees_the_viewer_reads():
+    from trace_gym.trainers.config import load_config
+
+    configs = sorted((Path(__file__).parents[2] / "configs").glob("cpu_*.toml"))
+    assert len(configs) >= 4
+    for path in configs:
+        assert load_config(path).save_trees, f"{path.name}: set save_trees = true"
+
+
+def test_view_on_a_run_dir_reads_its_trees_and_names_the_setting_without_them(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "metrics.jsonl").write_text('{"step": 0}\n')
+    out = tmp_path / "v.html"
+    res = _cli("view", str(run), "--out", str(out))
+    lines = res.stderr.strip().splitlines()
+    assert res.returncode == 2 and len(lines) == 1 and not out.exists(), res.stderr
+    assert "saved no trees" in lines[0] and "save_trees = true" in lines[0]
+    save_trees(synthetic_trees(2, 10), run / "trees" / "step_000000.jsonl.gz")
+    data = _page_json(write_view([run], out).read_text())  # metrics.jsonl is not a tree file
+    assert len(data["trees"]) == 2
