@@ -211,7 +211,18 @@ def steps_payload(trees: Sequence[RolloutTree]) -> dict[str, Any]:
         if s["skipped"] is not None:
             seen = {row[1] for row in s["selected"]}
             s["skipped"] = [r for r in s["skipped"] if r[0] not in seen and not seen.add(r[0])]
+        s["uniform"] = one_value(s)
     return {str(k): v for k, v in sorted(steps.items())}
+
+
+def one_value(step: dict[str, Any]) -> float | None:
+    """The value every candidate of the step was given, where there were two or more and
+    all got the same one (the cold start: the predictor had no data, so the roots fell
+    back to the uniform split); else None."""
+    values = [row[2] for row in step["selected"]] + [row[1] for row in step["skipped"] or []]
+    if len(values) < 2 or values[0] is None or any(v != values[0] for v in values):
+        return None
+    return values[0]
 
 
 def text_cap(trees: Sequence[RolloutTree], max_text: int, budget_mb: float = PAGE_BUDGET_MB) -> int:

@@ -310,3 +310,19 @@ def test_view_on_a_run_dir_reads_its_trees_and_names_the_setting_without_them(tm
     save_trees(synthetic_trees(2, 10), run / "trees" / "step_000000.jsonl.gz")
     data = _page_json(write_view([run], out).read_text())  # metrics.jsonl is not a tree file
     assert len(data["trees"]) == 2
+
+
+def _uniform_step(value=0.5):
+    """One step whose every candidate (selected or skipped) got `value`: the cold start."""
+    trees = synthetic_trees(3, 12, per_step=3)
+    for t in trees:
+        t.info["candidate_value"] = value
+    trees[0].info["skipped_candidates"] = [["skipped-a", value], ["skipped-b", value]]
+    return trees
+
+
+def test_a_step_where_every_candidate_has_one_value_is_marked_uniform():
+    steps = page_data(_uniform_step(), title="t")["steps"]
+    assert steps["0"]["uniform"] == 0.5
+    varied = synthetic_trees(3, 12, per_step=3)  # random skipped values: a ranked step
+    assert page_data(varied, title="t")["steps"]["0"]["uniform"] is None

@@ -144,3 +144,52 @@ def test_a_format_1_file_from_bench_alloc_draws_clean(tmp_path):
             "does not record the step's skipped candidates"
             in p.driver.find_element(*_by("#pool")).text
         )
+
+
+def test_a_step_with_one_value_for_every_candidate_says_it_fell_back_to_uniform(tmp_path):
+    from tests.bench.test_view import _uniform_step
+
+    trees = _uniform_step() + synthetic_trees(2, 12, seed=1, per_step=2)
+    for t in trees[3:]:
+        t.step = 1
+    src = save_trees(trees, tmp_path / "t.jsonl")
+    with _opened(write_view([src], tmp_path / "v.html")) as p:
+        pool = p.driver.find_element(*_by("#pool")).text
+        assert "same predicted value (0.50)" in pool and "fell back to uniform" in pool
+        p.driver.find_element(*_by("body")).send_keys("k")  # the last prompt: step 1
+        assert "fell back to uniform" not in p.driver.find_element(*_by("#pool")).text
+
+
+def _boxes(driver, css):
+    """Page rectangles (left, top, right, bottom) and node id of each element matching css."""
+    return driver.execute_script(
+        "return [...document.querySelectorAll(arguments[0])].map((e) => {"
+        " const r = e.getBoundingClientRect();"
+        " return [r.left, r.top, r.right, r.bottom, e.closest('.node').dataset.id]; })",
+        css,
+    )
+
+
+def _overlap(a, b):
+    return a[0] < b[2] and b[0] < a[2] and a[1] < b[3] and b[1] < a[3]
+
+
+def test_the_tree_fills_its_panel_and_no_label_covers_a_node_or_another_label(page):
+    p, trees = page
+    d = p.driver
+    for _ in range(len(trees)):  # every prompt of the page, the hostile one first
+        dots = _boxes(d, "#tree .node circle.dot")
+        labels = [b for b in _boxes(d, "#tree .node text") if b[2] > b[0]]
+        assert labels, "the tree shows its value labels"
+        for lab in labels:
+            hit = [b for b in dots if _overlap(lab, b)]
+            hit += [b for b in labels if b[4] != lab[4] and _overlap(lab, b)]
+            assert not hit, f"label of node {lab[4]} covers {hit}"
+        wrap = d.execute_script(
+            "return document.getElementById('tree-wrap').getBoundingClientRect().width"
+        )
+        nodes = int(d.execute_script("return document.querySelectorAll('#tree .node').length"))
+        span = max(b[2] for b in dots) - min(b[0] for b in dots)
+        if nodes >= 12:  # a tree with room to spread: it uses most of the panel's width
+            assert span >= 0.75 * wrap, (span, wrap)
+        d.find_element(*_by("body")).send_keys("j")
