@@ -199,7 +199,12 @@ class Panel:
 
 
 def _series(rows: list[dict[str, Any]], key: str) -> tuple[list[Any], list[float]]:
-    pts = [(r["step"], r[key]) for r in rows if isinstance(r.get(key), (int, float))]
+    """(steps, values) of one key where it is a finite number (a NaN figure is no point)."""
+    pts = [
+        (r["step"], r[key])
+        for r in rows
+        if isinstance(r.get(key), (int, float)) and math.isfinite(r[key])
+    ]
     return [p[0] for p in pts], [float(p[1]) for p in pts]
 
 
@@ -237,6 +242,8 @@ def run_figure(rows: list[dict[str, Any]], title: str, panels: Sequence[Panel]) 
     )
     for ax, panel in zip(axes[:, 0], panels, strict=True):
         _draw_panel(ax, rows, panel)
+    steps = [r["step"] for r in rows]
+    axes[-1, 0].set_xlim(min(steps) - 0.5, max(steps) + 0.5)  # every plot spans the whole run
     axes[-1, 0].set_xlabel("step")
     axes[0, 0].set_title(title)
     fig.tight_layout()

@@ -243,3 +243,11 @@ def test_a_mixture_run_report_plots_its_per_env_metrics(tmp_path):
     ]
     for ax in fig.axes:
         assert set(_labels(ax)) == set(envs)
+
+
+def test_a_figure_that_is_nan_at_every_step_is_not_in_the_legend():
+    rows = _rows()
+    for r in rows:
+        r["predictor_gain_rank"] = float("nan")  # no mixed prompt to rank: undefined
+    rank, _ = _figure(rows, "predictor.png").axes
+    assert _labels(rank) == ["value vs realised rate, every scored node"]
