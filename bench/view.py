@@ -217,8 +217,8 @@ def steps_payload(trees: Sequence[RolloutTree]) -> dict[str, Any]:
 
 def one_value(step: dict[str, Any]) -> float | None:
     """The value every candidate of the step was given, where there were two or more and
-    all got the same one (the cold start: the predictor had no data, so the roots fell
-    back to the uniform split); else None."""
+    all got the same one (step 0: the predictor had no data, so the roots fell back to
+    uniform, by the plan's cold start or a prior that ties them all); else None."""
     values = [row[2] for row in step["selected"]] + [row[1] for row in step["skipped"] or []]
     if len(values) < 2 or values[0] is None or any(v != values[0] for v in values):
         return None

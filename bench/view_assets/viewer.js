@@ -216,8 +216,8 @@
     const notes = [el("p", { class: "note" }, note)];
     if (s.uniform !== null && s.uniform !== undefined) {
       notes.push(el("p", { class: "note uniform" }, `Every candidate shows the same predicted value (${fmt(s.uniform)}): ` +
-        "the predictor had nothing to tell them apart yet, so this step fell back to uniform " +
-        "(roots in the allocator's fixed groups, as at the cold start)."));
+        "the predictor had nothing to tell them apart yet, so this step fell back to uniform: " +
+        "which candidates got roots, and how many, reflects no ranking."));
     }
     box.replaceChildren(...notes, t);
   }
@@ -244,10 +244,10 @@
     const tree = TREES[current];
     document.getElementById("position").textContent = `prompt ${current + 1} of ${TREES.length}`;
     drawSummary(tree);
-    drawTree(current);
     const stepTrees = DATA.steps[String(tree.step)].selected.map((r) => TREES[r[0]]);
     document.getElementById("histogram").replaceChildren(histogram(depthCounts(stepTrees), `step ${tree.step}`), histogram(ALL_COUNTS, "all steps"));
     drawPool(tree.step);
+    drawTree(current);  // last: the panels above may bring the page's scroll bar, narrowing the panel
     document.getElementById("detail").replaceChildren(el("p", { class: "hint" }, "Click a node to read its turns."));
     history.replaceState(null, "", "#" + current);
   }
