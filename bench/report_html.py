@@ -198,6 +198,10 @@ class Panel:
     ylim: tuple[float, float] | None = None
 
 
+#: marker and dash of the i-th line of a panel
+LINES = ("o-", "s--", "^:", "D-.", "v-")
+
+
 def _series(rows: list[dict[str, Any]], key: str) -> tuple[list[Any], list[float]]:
     """(steps, values) of one key where it is a finite number (a NaN figure is no point)."""
     pts = [
@@ -219,7 +223,12 @@ def _draw_panel(ax: Any, rows: list[dict[str, Any]], panel: Panel) -> None:
         if panel.bars:
             ax.bar([x - 0.4 + (i + 0.5) * width for x in xs], ys, width=width, label=labels[k])
         else:
-            ax.plot(xs, ys, marker="o", ms=3, label=labels[k])
+            # later series draw smaller markers and other dashes over earlier ones, so
+            # series with equal values (two envs at 0) stay visible
+            big = 3 + 2.5 * (len(keys) - 1 - i)
+            ax.plot(
+                xs, ys, LINES[i % len(LINES)], ms=big, mfc="none" if i else None, label=labels[k]
+            )
     ax.set_ylabel(panel.ylabel)
     if panel.ylim is not None:
         ax.set_ylim(*panel.ylim)

@@ -251,3 +251,12 @@ def test_a_figure_that_is_nan_at_every_step_is_not_in_the_legend():
         r["predictor_gain_rank"] = float("nan")  # no mixed prompt to rank: undefined
     rank, _ = _figure(rows, "predictor.png").axes
     assert _labels(rank) == ["value vs realised rate, every scored node"]
+
+
+def test_lines_with_equal_values_stay_visible_one_over_the_other():
+    rows = [{"step": s, "reward": 0.0, "eval_success": 0.0, "eval_pass": 0.0} for s in range(3)]
+    (ax,) = _figure(rows, "learning.png").axes
+    lines = ax.get_lines()
+    sizes = [line.get_markersize() for line in lines]
+    assert sizes == sorted(sizes, reverse=True) and len(set(sizes)) == 3  # concentric markers
+    assert len({(line.get_marker(), line.get_linestyle()) for line in lines}) == 3
