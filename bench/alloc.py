@@ -1008,6 +1008,11 @@ def _output_args(p: argparse.ArgumentParser) -> None:
         "--out", type=Path, default=None, help="write summary/steps CSV, JSON and PNG plots here"
     )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument(
+        "--wide",
+        action="store_true",
+        help="print every column of the table (default: the compact one, <= 100 characters)",
+    )
     # --ray: rollout throughput of trace_gym.distributed (1 vs 2 workers), not the policy table
     p.add_argument(
         "--ray",
@@ -1128,7 +1133,7 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, DependencyNotInstalled, json.JSONDecodeError) as e:
         print(f"trace-gym bench alloc: {e}".splitlines()[0], file=sys.stderr)
         return 2
-    _print_report(cfg, s)
+    _print_report(cfg, s, wide=args.wide)
     for path in write_outputs(s, result.records, json_path=args.json, out_dir=args.out):
         print(f"wrote {path}")
     if args.out is not None:  # index.html beside the files: tables, plots and this command
@@ -1158,8 +1163,8 @@ def shape_goals(shapes: dict[str, Any]) -> list[dict[str, Any]]:
     ]
 
 
-def _print_report(cfg: BenchConfig, s: dict[str, Any]) -> None:
-    print(format_table(s, _title(cfg)))
+def _print_report(cfg: BenchConfig, s: dict[str, Any], *, wide: bool = False) -> None:
+    print(format_table(s, _title(cfg), wide=wide))
     print(
         "(eff: mean over steps; ± 95% CI over "
         + next(iter(s["policies"].values()))["ci_over"]

@@ -1,31 +1,51 @@
 """Headless chromium through selenium, for the viewer's browser test and `bench view`.
 
-Uses Debian's ``chromium`` and ``chromium-driver`` (``/usr/bin/chromedriver``) so that
-selenium never tries to download a driver. Both the test and the README screenshot go
-through `open_page`.
+The browser and its driver are found where they are, never downloaded (selenium's own
+driver manager is not used):
+
+- the browser: ``$TRACE_GYM_CHROMIUM`` (a path, or a name on PATH) when it is set, else
+  the first of ``chromium``, ``chromium-browser``, ``google-chrome`` on PATH (Debian's
+  ``chromium`` is ``/usr/bin/chromium``);
+- the driver: ``$TRACE_GYM_CHROMEDRIVER`` (a path, or a name on PATH) when it is set,
+  else ``chromedriver`` on PATH, else a ``chromedriver`` in the browser's own folder.
+
+Browser tests are a declared category like the real-data ones: where either is missing
+they skip with `MISSING` 's one line (what to install), the ``browser`` entry of the
+skip allow-list, and they cannot skip where ``TRACE_GYM_REQUIRE=browser`` is set, as
+in CI. Both the test and the README screenshot go through `open_page`.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from trace_gym.cli import Parser
 from trace_gym.errors import TraceGymError
 
-__all__ = ["INSTALL", "BrowserMissing", "Page", "open_page"]
+__all__ = ["INSTALL", "MISSING", "Browser", "BrowserMissing", "Page", "find_browser", "open_page"]
 
-CHROMEDRIVER = "/usr/bin/chromedriver"
-INSTALL = "apt-get install -y chromium chromium-driver (as root; `make setup` does it) and pip install -e '.[dev]' (selenium)"
+#: the setting naming the browser binary, and the one naming its driver
+BROWSER_VAR, DRIVER_VAR = "TRACE_GYM_CHROMIUM", "TRACE_GYM_CHROMEDRIVER"
+#: browser names looked for on PATH, in order
+BROWSER_NAMES = ("chromium", "chromium-browser", "google-chrome")
+#: every message for an absent browser, driver or selenium starts so (the allow-list matches it)
+MISSING = "browser missing"
+INSTALL = (
+    "apt-get install -y chromium chromium-driver (as root; `make setup` does it) and "
+    "pip install -e '.[dev]' (selenium), or point TRACE_GYM_CHROMIUM (and "
+    "TRACE_GYM_CHROMEDRIVER) at an installed chromium and its chromedriver"
+)
 
 
 class BrowserMissing(TraceGymError, RuntimeError):
-    """chromium, chromium-driver or selenium is not installed (the message says how to)."""
+    """chromium, its chromedriver or selenium is not found (the message says what to install)."""
 
 
 @dataclass
@@ -61,17 +81,52 @@ class Page:
         return path
 
 
+class Browser(NamedTuple):
+    """Where the browser binary and its chromedriver were found."""
+
+    #: the chromium (or chrome) executable
+    binary: str
+    #: the chromedriver executable that drives it
+    driver: str
+
+
+def _which(name: str) -> str | None:
+    """An executable named by path or found on PATH."""
+    return shutil.which(os.path.expanduser(name))
+
+
+def _missing(what: str) -> BrowserMissing:
+    return BrowserMissing(f"{MISSING}: {what}; install: {INSTALL}")
+
+
+def _locate(var: str, names: tuple[str, ...], absent: str) -> str:
+    """``$var`` when it is set (it must be an executable), else the first of `names` found."""
+    named = os.environ.get(var, "").strip()
+    found = _which(named) if named else next(filter(None, map(_which, names)), None)
+    if found is None:
+        raise _missing(f"{var}={named} is not an executable" if named else absent)
+    return found
+
+
+def find_browser() -> Browser:
+    """The browser and driver (module docstring: settings first, then PATH); `BrowserMissing`."""
+    binary = _locate(BROWSER_VAR, BROWSER_NAMES, f"none of {', '.join(BROWSER_NAMES)} is on PATH")
+    beside = str(Path(binary).resolve().parent / "chromedriver")
+    driver = _locate(
+        DRIVER_VAR, ("chromedriver", beside), f"no chromedriver on PATH nor beside {binary}"
+    )
+    return Browser(binary, driver)
+
+
 def _driver(width: int, height: int) -> Any:
     try:
         from selenium import webdriver
         from selenium.webdriver.chrome.service import Service
     except ImportError as e:
-        raise BrowserMissing(f"selenium is not installed: {INSTALL}") from e
-    binary = shutil.which("chromium") or shutil.which("chromium-browser")
-    if binary is None or not Path(CHROMEDRIVER).exists():
-        raise BrowserMissing(f"chromium or {CHROMEDRIVER} is missing: {INSTALL}")
+        raise _missing("selenium is not installed") from e
+    found = find_browser()
     opts = webdriver.ChromeOptions()
-    opts.binary_location = binary
+    opts.binary_location = found.binary
     for arg in (
         "--headless=new",
         "--no-sandbox",
@@ -81,7 +136,7 @@ def _driver(width: int, height: int) -> Any:
     ):
         opts.add_argument(arg)
     opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    return webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=opts)
+    return webdriver.Chrome(service=Service(executable_path=found.driver), options=opts)
 
 
 @contextmanager
@@ -130,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
         with open_page(args.page, viewer=False, height=args.height) as page:
             print(f"wrote {page.screenshot(args.png)}")
     except BrowserMissing as e:
-        print(f"browser: {e}", file=sys.stderr)
+        print(f"python -m trace_gym.bench.browser: {e}", file=sys.stderr)
         return 2
     return 0
 

@@ -57,6 +57,19 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("ece", "ECE", "{:.3f}"),
 )
 
+#: the default table's columns (keys of `COLUMNS`): what decides between policies at equal
+#: cost, narrow enough for a terminal (<= 100 characters); ``--wide`` shows all of `COLUMNS`
+COMPACT = (
+    "effective_ratio",
+    "mixed_per_te",
+    "pairs_per_cost",
+    "distinct_prompts",
+    "skipped_share",
+    "oracle_gap",
+)
+#: the width the compact table and its title keep to
+TABLE_WIDTH = 100
+
 #: per-step series in every summary row (mean over seeds at each step)
 BY_STEP = (
     "effective_ratio",
@@ -361,36 +374,40 @@ def summarize(
     return out
 
 
-def format_table(summary: dict[str, Any], title: str = "") -> str:
-    """A fixed-width table, one row per policy (value +/- 95% CI for the effective ratio)."""
-    head = ["policy"] + [h for _, h, _ in COLUMNS]
-    rows = []
-    for name, row in summary["policies"].items():
-        cells = [name]
-        for key, _, fmt in COLUMNS:
-            v = row.get(key, math.nan)
-            cell = "-" if v is None or (isinstance(v, float) and math.isnan(v)) else fmt.format(v)
-            if key == "effective_ratio" and row.get("effective_ratio_ci"):
-                cell += f"±{row['effective_ratio_ci'] * 100:.1f}"
-            cells.append(cell)
-        rows.append(cells)
+def format_table(summary: dict[str, Any], title: str = "", *, wide: bool = False) -> str:
+    """A fixed-width table, one row per policy (value +/- 95% CI for the effective ratio).
+
+    By default the `COMPACT` columns, the title wrapped to `TABLE_WIDTH`; ``wide`` gives
+    every column of `COLUMNS` (the CSV and JSON always hold them all).
+    """
+    import textwrap
+
+    columns = COLUMNS if wide else tuple(c for c in COLUMNS if c[0] in COMPACT)
+    head = ["policy"] + [h for _, h, _ in columns]
+    rows = [
+        [name, *(_cell(row, key, fmt) for key, _, fmt in columns)]
+        for name, row in summary["policies"].items()
+    ]
     widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
-    lines = [title] if title else []
-    lines.append(
-        "  ".join(
-            h.rjust(w) if i else h.ljust(w)
-            for i, (h, w) in enumerate(zip(head, widths, strict=False))
-        )
-    )
-    lines.append("  ".join("-" * w for w in widths))
-    for r in rows:
+    lines = (textwrap.wrap(title, TABLE_WIDTH) if not wide else [title]) if title else []
+    for r in [head, ["-" * w for w in widths], *rows]:
         lines.append(
             "  ".join(
                 c.rjust(w) if i else c.ljust(w)
-                for i, (c, w) in enumerate(zip(r, widths, strict=False))
+                for i, (c, w) in enumerate(zip(r, widths, strict=True))
             )
         )
+    if not wide:
+        lines.append(f"({len(columns)} of {len(COLUMNS)} columns; --wide for all, or summary.csv)")
     return "\n".join(lines)
+
+
+def _cell(row: dict[str, Any], key: str, fmt: str) -> str:
+    v = row.get(key, math.nan)
+    cell = "-" if v is None or (isinstance(v, float) and math.isnan(v)) else fmt.format(v)
+    if key == "effective_ratio" and row.get("effective_ratio_ci"):
+        cell += f"±{row['effective_ratio_ci'] * 100:.1f}"
+    return cell
 
 
 def format_quality(summary: dict[str, Any], policies: Sequence[str] = ("trace",)) -> str:

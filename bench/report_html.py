@@ -20,6 +20,7 @@ import math
 import sys
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -181,28 +182,88 @@ def _tree_stats(run_dir: Path) -> dict[int, dict[str, Any]]:
     return out
 
 
-def _line_plot(
-    rows: list[dict[str, Any]], keys: Sequence[str], path: Path, title: str, ylabel: str
-) -> Path | None:
+@dataclass(frozen=True)
+class Panel:
+    """One axis of a run plot: the metrics.jsonl keys it draws (those present) on one scale."""
+
+    #: the y axis label (says the scale the keys share)
+    ylabel: str
+    #: the metrics.jsonl keys drawn, each as one series
+    keys: tuple[str, ...]
+    #: legend labels of `keys` (default: the keys)
+    labels: tuple[str, ...] = ()
+    #: grouped bars instead of lines (series with equal values stay visible side by side)
+    bars: bool = False
+    #: a fixed y range (rank correlations: -1..1), else matplotlib's
+    ylim: tuple[float, float] | None = None
+
+
+#: marker and dash of the i-th line of a panel
+LINES = ("o-", "s--", "^:", "D-.", "v-")
+
+
+def _series(rows: list[dict[str, Any]], key: str) -> tuple[list[Any], list[float]]:
+    """(steps, values) of one key where it is a finite number (a NaN figure is no point)."""
+    pts = [
+        (r["step"], r[key])
+        for r in rows
+        if isinstance(r.get(key), (int, float)) and math.isfinite(r[key])
+    ]
+    return [p[0] for p in pts], [float(p[1]) for p in pts]
+
+
+def _draw_panel(ax: Any, rows: list[dict[str, Any]], panel: Panel) -> None:
+    import matplotlib.ticker
+
+    keys = [k for k in panel.keys if _series(rows, k)[0]]
+    labels = dict(zip(panel.keys, panel.labels or panel.keys, strict=True))
+    width = 0.8 / len(keys)
+    for i, k in enumerate(keys):
+        xs, ys = _series(rows, k)
+        if panel.bars:
+            ax.bar([x - 0.4 + (i + 0.5) * width for x in xs], ys, width=width, label=labels[k])
+        else:
+            # later series draw smaller markers and other dashes over earlier ones, so
+            # series with equal values (two envs at 0) stay visible
+            big = 3 + 2.5 * (len(keys) - 1 - i)
+            ax.plot(
+                xs, ys, LINES[i % len(LINES)], ms=big, mfc="none" if i else None, label=labels[k]
+            )
+    ax.set_ylabel(panel.ylabel)
+    if panel.ylim is not None:
+        ax.set_ylim(*panel.ylim)
+    ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
+    ax.legend(fontsize=7)
+
+
+def run_figure(rows: list[dict[str, Any]], title: str, panels: Sequence[Panel]) -> Any:
+    """A figure with one axis per panel that has data (None when none has), sharing the steps."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    import matplotlib.ticker
 
-    keys = [k for k in keys if any(isinstance(r.get(k), (int, float)) for r in rows)]
-    if not keys:
+    panels = [p for p in panels if any(_series(rows, k)[0] for k in p.keys)]
+    if not panels:
         return None
-    fig, ax = plt.subplots(figsize=(6.4, 3.6))
-    for k in keys:
-        pts = [(r["step"], r[k]) for r in rows if isinstance(r.get(k), (int, float))]
-        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", ms=3, label=k)
-    ax.set_xlabel("step")
-    ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
-    ax.set_ylabel(ylabel)
-    ax.set_title(title)
-    ax.legend(fontsize=7)
+    fig, axes = plt.subplots(
+        len(panels), 1, figsize=(6.4, 1.2 + 2.4 * len(panels)), sharex=True, squeeze=False
+    )
+    for ax, panel in zip(axes[:, 0], panels, strict=True):
+        _draw_panel(ax, rows, panel)
+    steps = [r["step"] for r in rows]
+    axes[-1, 0].set_xlim(min(steps) - 0.5, max(steps) + 0.5)  # every plot spans the whole run
+    axes[-1, 0].set_xlabel("step")
+    axes[0, 0].set_title(title)
     fig.tight_layout()
+    return fig
+
+
+def _save(fig: Any, path: Path) -> Path | None:
+    import matplotlib.pyplot as plt
+
+    if fig is None:
+        return None
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
@@ -236,37 +297,98 @@ def _depth_plot(stats: dict[int, dict[str, Any]], path: Path) -> Path | None:
     return path
 
 
-#: the run report's line plots: file, title, y label, metrics.jsonl keys (those present)
-RUN_PLOTS: tuple[tuple[str, str, str, tuple[str, ...]], ...] = (
-    ("learning.png", "learning curves", "success rate", ("reward", "eval_success", "eval_pass")),
-    ("loss.png", "loss", "value", ("loss", "pg_loss", "kl", "entropy")),
-    ("effective_ratio.png", "effective ratio per step", "share of prompts", ("effective_ratio",)),
+#: the run report's plots: file, title, panels (each on its own scale; those with data)
+RUN_PLOTS: tuple[tuple[str, str, tuple[Panel, ...]], ...] = (
+    (
+        "learning.png",
+        "learning curves",
+        (Panel("success rate", ("reward", "eval_success", "eval_pass")),),
+    ),
+    (
+        "loss.png",
+        "loss terms; the policy's entropy on its own scale below",
+        (Panel("loss", ("loss", "pg_loss", "kl")), Panel("entropy (nats / token)", ("entropy",))),
+    ),
+    (
+        "effective_ratio.png",
+        "effective ratio per step",
+        (Panel("share of prompts", ("effective_ratio",)),),
+    ),
     (
         "mixed_groups.png",
         "mixed groups per step",
-        "count",
-        ("mixed_groups", "mixed_anchors", "contrastive_pairs"),
+        (Panel("count", ("mixed_groups", "mixed_anchors", "contrastive_pairs")),),
     ),
     (
         "roots_replays.png",
         "roots and replays per step",
-        "count",
-        ("roots", "replays", "failed_branches"),
+        (Panel("count", ("roots", "replays", "failed_branches"), bars=True),),
+    ),
+    (
+        "predictor.png",
+        "predictor quality per step",
+        (
+            Panel(
+                "Spearman (rank correlation)",
+                ("predictor_spearman", "predictor_gain_rank", "predictor_gain_rank_prefix"),
+                (
+                    "value vs realised rate, every scored node",
+                    "gain_rank, prompts",
+                    "gain_rank, prefixes",
+                ),
+                ylim=(-1.05, 1.05),
+            ),
+            Panel(
+                "error (lower is better)",
+                ("predictor_mse", "predictor_ece", "predictor_brier", "predictor_loss"),
+                ("update MSE", "ECE", "Brier", "update loss"),
+            ),
+        ),
     ),
     (
         "health.png",
         "predictor health of the selected prompts (docs/alloc.md)",
-        "value",
-        ("health_d0_gain_rank", "health_d0_ece", "health_d0_brier", "health_d1_gain_rank"),
+        (
+            Panel(
+                "value",
+                ("health_d0_gain_rank", "health_d0_ece", "health_d0_brier", "health_d1_gain_rank"),
+            ),
+        ),
     ),
-    ("throughput.png", "throughput", "tokens / s", ("gen_tokens_per_s", "train_tokens_per_s")),
+    (
+        "throughput.png",
+        "throughput",
+        (Panel("tokens / s", ("gen_tokens_per_s", "train_tokens_per_s")),),
+    ),
     (
         "time.png",
         "time per step",
-        "seconds",
-        ("time_rollout_s", "time_train_s", "time_eval_s", "time_checkpoint_s"),
+        (
+            Panel(
+                "seconds",
+                ("time_rollout_s", "time_train_s", "time_eval_s", "time_checkpoint_s"),
+            ),
+        ),
     ),
 )
+#: a mixture's per-env figures (``env/<id>/<metric>``, trace_gym.mixture): metric, y label
+ENV_METRICS = (
+    ("effective_ratio", "effective ratio"),
+    ("success", "success rate"),
+    ("roots", "roots"),
+    ("turns", "turns"),
+    ("tokens", "tokens"),
+)
+
+
+def env_panels(rows: list[dict[str, Any]]) -> list[Panel]:
+    """One panel per per-env metric of a mixture run, one line per env (none for one env)."""
+    # an env id holds slashes itself ("trace/Sim-v0"): the metric is the last part
+    envs = sorted({k[4:].rsplit("/", 1)[0] for r in rows for k in r if k.startswith("env/")})
+    return [
+        Panel(ylabel, tuple(f"env/{e}/{metric}" for e in envs), tuple(envs))
+        for metric, ylabel in ENV_METRICS
+    ]
 
 
 def _write_steps_csv(rows: list[dict[str, Any]], path: Path) -> Path:
@@ -294,17 +416,11 @@ def run_report(run_dir: str | Path, out: str | Path | None = None) -> Path:
             r.update({f"branches_depth_{d}": c for d, c in s["depth"].items()})
     out_dir = Path(out) if out is not None else run_dir / "report"
     out_dir.mkdir(parents=True, exist_ok=True)
-    for name, title, ylabel, keys in RUN_PLOTS:
-        _line_plot(rows, keys, out_dir / name, title, ylabel)
-    pred = ["predictor_spearman"] + sorted(
-        {k for r in rows for k in r if k.startswith("predictor_") and k != "predictor_spearman"}
-    )
-    _line_plot(
-        rows,
-        pred,
-        out_dir / "predictor.png",
-        "predictor quality per step (Spearman of value vs realised rate)",
-        "value",
+    for name, title, panels in RUN_PLOTS:
+        _save(run_figure(rows, title, panels), out_dir / name)
+    _save(
+        run_figure(rows, "per env of the mixture (env/<id>/<metric>)", env_panels(rows)),
+        out_dir / "per_env.png",
     )
     notes = [f"{len(rows)} steps from {run_dir / 'metrics.jsonl'}."]
     if stats:

@@ -211,7 +211,18 @@ def steps_payload(trees: Sequence[RolloutTree]) -> dict[str, Any]:
         if s["skipped"] is not None:
             seen = {row[1] for row in s["selected"]}
             s["skipped"] = [r for r in s["skipped"] if r[0] not in seen and not seen.add(r[0])]
+        s["uniform"] = one_value(s)
     return {str(k): v for k, v in sorted(steps.items())}
+
+
+def one_value(step: dict[str, Any]) -> float | None:
+    """The value every candidate of the step was given, where there were two or more and
+    all got the same one (step 0: the predictor had no data, so the roots fell back to
+    uniform, by the plan's cold start or a prior that ties them all); else None."""
+    values = [row[2] for row in step["selected"]] + [row[1] for row in step["skipped"] or []]
+    if len(values) < 2 or values[0] is None or any(v != values[0] for v in values):
+        return None
+    return values[0]
 
 
 def text_cap(trees: Sequence[RolloutTree], max_text: int, budget_mb: float = PAGE_BUDGET_MB) -> int:
@@ -269,9 +280,17 @@ def page_html(data: dict[str, Any]) -> str:
 
 # ---------------------------------------------------------------------- files
 def collect_paths(paths: Sequence[str | Path]) -> list[Path]:
-    """Tree files named directly, or every ``*.jsonl[.gz]`` in a named folder (sorted)."""
+    """Tree files named directly, or every ``*.jsonl[.gz]`` in a named folder (sorted); a
+    training run's folder (it has ``metrics.jsonl``) stands for its ``trees/``."""
     out: list[Path] = []
     for p in map(Path, paths):
+        if (p / "metrics.jsonl").is_file():  # a `trace-gym train` run: its trees/ folder
+            if not (p / "trees").is_dir():
+                raise ViewError(
+                    f"{p}: this training run saved no trees (no trees/ folder); train with "
+                    "save_trees = true in the config (or --set save_trees=true)"
+                )
+            p = p / "trees"
         if p.is_dir():
             found = sorted(q for q in p.rglob("*") if q.name.endswith((".jsonl", ".jsonl.gz")))
             if not found:

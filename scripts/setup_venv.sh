@@ -28,9 +28,16 @@ apt_install() {  # apt_install WHAT PACKAGE...
   fi
 }
 command -v bwrap >/dev/null 2>&1 || apt_install "the math sandbox" bubblewrap
-if ! command -v chromium >/dev/null 2>&1 || [ ! -x /usr/bin/chromedriver ]; then
-  apt_install "the browser tests" chromium chromium-driver
-fi
+# found as trace_gym.bench.browser finds them: $TRACE_GYM_CHROMIUM / $TRACE_GYM_CHROMEDRIVER,
+# else chromium (chromium-browser, google-chrome) and chromedriver on PATH
+have_browser() {
+  if [ -n "${TRACE_GYM_CHROMIUM:-}" ]; then command -v "$TRACE_GYM_CHROMIUM" >/dev/null 2>&1 || return 1
+  else command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 \
+    || command -v google-chrome >/dev/null 2>&1 || return 1
+  fi
+  command -v "${TRACE_GYM_CHROMEDRIVER:-chromedriver}" >/dev/null 2>&1
+}
+have_browser || apt_install "the browser tests" chromium chromium-driver
 [ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
 PY="$VENV/bin/python"
 STAMP="$VENV/.trace-gym-stamp-$EXTRAS"

@@ -152,3 +152,9 @@ def test_every_install_of_the_set_up_is_a_step_that_says_its_time():
             current = None
     assert installs >= 5 and {"install_torch", "install_verl"} <= stepped
     assert any("done in $((SECONDS - t0)) s" in ln for ln in lines)
+
+
+def test_ci_requires_the_real_data_and_the_browser_tests():
+    """Both are declared skip categories (tests/conftest.py); in CI neither may skip."""
+    run = (ROOT / ".ci" / "run").read_text()
+    assert "\nexport TRACE_GYM_REQUIRE=data,browser\n" in run

@@ -75,7 +75,7 @@ def test_required_extra_turns_its_skip_into_a_failure(pytester, monkeypatch):
 
 
 def test_absent_real_data_skips_and_is_required_where_asked(pytester, monkeypatch):
-    monkeypatch.delenv("TRACE_GYM_REQUIRE", raising=False)  # .ci/run sets it to "data"
+    monkeypatch.delenv("TRACE_GYM_REQUIRE", raising=False)  # .ci/run sets it to "data,browser"
     pytester.makeconftest(CONFTEST.read_text())
     pytester.makepyfile(
         """

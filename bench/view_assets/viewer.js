@@ -8,7 +8,9 @@
   const ORIGINS = ["root", "rollout", "replay"];
   const SVGNS = "http://www.w3.org/2000/svg";
   const SHOW_CHARS = 600;  // text longer than this is folded behind "show all"
-  const DX = 38, DY = 56, PAD = 40;
+  // node spacing: at least room for a node's labels beside it (LABEL_W px right of the dot,
+  // the replay count left of it), spread to fill the panel, at most MAX_DX / MAX_DY apart
+  const MIN_DX = 84, MAX_DX = 220, MIN_DY = 56, MAX_DY = 110, PAD = 40, PAD_X = 24, LABEL_W = 52, LABEL_X = 14;
   let current = -1;
   let matches = [], matchAt = 0;
 
@@ -25,7 +27,10 @@
     return e;
   }
   function fmt(x) { return x === undefined || x === null ? "-" : Number(x).toFixed(2); }
-  function short(x) { return x === undefined || x === null ? "-" : Number(x).toFixed(2).replace(/^0\./, "."); }
+  function short(x) {  // a node label's number: 0.50 -> ".5", 1.00 -> "1", 0.00 -> "0"
+    if (x === undefined || x === null) return "-";
+    return Number(x).toFixed(2).replace(/\.?0+$/, "").replace(/^0\./, ".") || "0";
+  }
   function colour(t) {
     if (t === undefined || t === null) return "#cfd8dc";
     return "hsl(" + Math.round(120 * t) + ",65%,47%)";
@@ -58,11 +63,17 @@
     const tree = TREES[ti], nodes = tree.nodes, kids = children(nodes);
     const { x, cols } = layout(nodes, kids);
     const depth = Math.max.apply(null, nodes.map((n) => n.d));
-    const root = document.getElementById("tree");
+    const root = document.getElementById("tree"), wrap = document.getElementById("tree-wrap");
     root.replaceChildren();
-    root.setAttribute("width", PAD * 2 + Math.max(cols, 1) * DX + 80);
+    // fill the panel: the leaves' columns share its width, the depths its height
+    // (#tree-wrap is at most 62vh tall; 24 px stay for a horizontal scroll bar)
+    const W = Math.max(wrap.clientWidth - 2, 300), H = Math.max(window.innerHeight * 0.62 - 24, 200);
+    const span = Math.max(cols - 1, 1), DX = Math.min(MAX_DX, Math.max(MIN_DX, (W - 2 * PAD_X - LABEL_W) / span));
+    const DY = depth ? Math.min(MAX_DY, Math.max(MIN_DY, (H - 2 * PAD - 20) / depth)) : MIN_DY;
+    const left = PAD_X + Math.max(0, (W - 2 * PAD_X - LABEL_W - (cols - 1) * DX) / 2);  // a narrow tree sits centred
+    root.setAttribute("width", Math.max(W, left + (cols - 1) * DX + PAD_X + LABEL_W));
     root.setAttribute("height", PAD * 2 + depth * DY + 20);
-    const X = (i) => PAD + x[i] * DX, Y = (i) => PAD + nodes[i].d * DY;
+    const X = (i) => left + x[i] * DX, Y = (i) => PAD + nodes[i].d * DY;
     const branches = {};
     nodes.forEach((n, i) => {
       if (n.p === null || n.p === undefined) return;
@@ -80,18 +91,18 @@
     g.appendChild(svg("circle", { class: "dot", r: 7, fill: colour(n.t) }));
     if (n.f) {
       g.appendChild(svg("path", { class: "fail", d: "M-5,-5 L5,5 M-5,5 L5,-5" }));
-      g.appendChild(svg("text", { class: "failkind", x: 10, y: 14 }, n.f[0]));
+      g.appendChild(svg("text", { class: "failkind", x: LABEL_X, y: 18 }, n.f[0]));
     }
     if (replays) {
       g.appendChild(svg("path", { class: "branch", d: "M-15,0 L-11,-4 L-7,0 L-11,4 Z" }));
-      g.appendChild(svg("text", { x: -34, y: -6, fill: "#7b1fa2" }, "R" + replays));
+      g.appendChild(svg("text", { x: 0, y: -14, fill: "#7b1fa2", "text-anchor": "middle" }, "R" + replays));
     }
     if (n.v !== undefined) {
       // predicted value next to the realised rate; bold red where they are 0.5 or more apart
       const off = n.t !== undefined && Math.abs(n.v - n.t) >= 0.5;
-      g.appendChild(svg("text", { x: 10, y: -3, class: off ? "disagree" : "" }, "v" + short(n.v) + " r" + short(n.t)));
+      g.appendChild(svg("text", { x: LABEL_X, y: -3, class: off ? "disagree" : "" }, "v" + short(n.v) + " r" + short(n.t)));
     }
-    if (n.pairs) g.appendChild(svg("text", { class: "pairs", x: 10, y: 8 }, n.pairs + " pairs"));
+    if (n.pairs) g.appendChild(svg("text", { class: "pairs", x: LABEL_X, y: 8 }, n.pairs + " pairs"));
     const tip = `node ${i} depth ${n.d} ${ORIGINS[n.o]}; rate ${fmt(n.t)} (${n.ns}/${n.nl})` +
       (n.v !== undefined ? `; predicted ${fmt(n.v)}` : "") + (n.f ? `; failed: ${n.f[0]}` : "");
     g.appendChild(svg("title", {}, tip));
@@ -202,7 +213,13 @@
     const note = s.skipped === null
       ? "This tree file does not record the step's skipped candidates (written by a runner that did not store them in tree info); only the selected prompts are listed."
       : `${s.skipped.length} of ${rows.length} candidates skipped.`;
-    box.replaceChildren(el("p", { class: "note" }, note), t);
+    const notes = [el("p", { class: "note" }, note)];
+    if (s.uniform !== null && s.uniform !== undefined) {
+      notes.push(el("p", { class: "note uniform" }, `Every candidate shows the same predicted value (${fmt(s.uniform)}): ` +
+        "the predictor had nothing to tell them apart yet, so this step fell back to uniform: " +
+        "which candidates got roots, and how many, reflects no ranking."));
+    }
+    box.replaceChildren(...notes, t);
   }
   function drawSummary(tree) {
     const m = tree.metrics, box = document.getElementById("summary");
@@ -227,10 +244,10 @@
     const tree = TREES[current];
     document.getElementById("position").textContent = `prompt ${current + 1} of ${TREES.length}`;
     drawSummary(tree);
-    drawTree(current);
     const stepTrees = DATA.steps[String(tree.step)].selected.map((r) => TREES[r[0]]);
     document.getElementById("histogram").replaceChildren(histogram(depthCounts(stepTrees), `step ${tree.step}`), histogram(ALL_COUNTS, "all steps"));
     drawPool(tree.step);
+    drawTree(current);  // last: the panels above may bring the page's scroll bar, narrowing the panel
     document.getElementById("detail").replaceChildren(el("p", { class: "hint" }, "Click a node to read its turns."));
     history.replaceState(null, "", "#" + current);
   }
@@ -264,6 +281,7 @@
   box.addEventListener("input", () => search(box.value, false));
   box.addEventListener("keydown", (e) => { if (e.key === "Enter") search(box.value, true); });
   document.addEventListener("keydown", onKey);
+  window.addEventListener("resize", () => { if (current >= 0) drawTree(current); });
   const start = parseInt(location.hash.slice(1), 10);
   go(Number.isFinite(start) ? start : 0);
   window.traceViewerReadyMs = performance.now();

@@ -425,3 +425,21 @@ def test_the_default_predictor_is_clue_and_falls_back_to_uniform_at_step_0():
     recs = [r for r in res.records if r.policy == "trace"]
     assert recs[0].health[0]["distinct"] == 1  # step 0: no data, uniform roots
     assert recs[1].health[0]["distinct"] > 1  # step 1: the clue model ranks the candidates
+
+
+def test_the_table_is_compact_by_default_and_wide_on_request(capsys):
+    """The default table fits a terminal (<= 100 characters, long policy names and CIs
+    over two seeds included); --wide prints every column."""
+    from trace_gym.bench.report import COLUMNS
+
+    argv = ["--preset", "math", "--steps", "1", "--roots", "16", "--seeds", "2", "--no-progress"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    table = out[: out.index("(eff: mean over steps")].splitlines()
+    assert any(ln.startswith("uniform_roots_trace_prefixes") and "±" in ln for ln in table)
+    assert max(map(len, table)) <= 100, "\n".join(table)
+    assert "--wide for all" in out and "pairs/kturn" not in table[2]
+    assert main([*argv, "--wide"]) == 0
+    wide = capsys.readouterr().out.splitlines()
+    header = next(ln for ln in wide if ln.startswith("policy "))
+    assert header.split() == ["policy", *(h for _, h, _ in COLUMNS)]

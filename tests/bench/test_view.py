@@ -255,20 +255,74 @@ def test_rollout_output_opens_with_its_skipped_candidates(tmp_path):
         assert step["skipped"] is not None and len(step["selected"]) + len(step["skipped"]) == 12
 
 
-@pytest.mark.parametrize("euid, outcome", [(0, "failed"), (1000, "skipped")])
-def test_a_chromium_skip_is_allowed_only_where_the_setup_cannot_be_root(
-    pytester, monkeypatch, euid, outcome
+@pytest.mark.parametrize("require, outcome", [("", "skipped"), ("data,browser", "failed")])
+def test_a_missing_browser_skips_with_its_line_unless_required(
+    pytester, monkeypatch, tmp_path, require, outcome
 ):
-    monkeypatch.setattr("os.geteuid", lambda: euid)
+    """No browser on PATH: the browser test skips with what to install, root or not;
+    TRACE_GYM_REQUIRE=browser (as .ci/run sets it) turns that skip into a failure."""
+    monkeypatch.setenv("PATH", str(tmp_path))  # no chromium, no chromedriver
+    monkeypatch.delenv("TRACE_GYM_CHROMIUM", raising=False)
+    monkeypatch.setenv("TRACE_GYM_REQUIRE", require)
+    monkeypatch.setattr("os.geteuid", lambda: 0)
     pytester.makeconftest((Path(__file__).parents[1] / "conftest.py").read_text())
     pytester.makepyfile(
-        "import pytest\n\ndef test_view():\n    pytest.skip('chromium missing: apt-get install -y chromium chromium-driver')\n"
+        """
+        import pytest
+        from trace_gym.bench.browser import BrowserMissing, find_browser
+
+        def test_view():
+            try:
+                find_browser()
+            except BrowserMissing as e:
+                pytest.skip(str(e))
+        """
     )
-    result = pytester.runpytest_inprocess("-p", "no:cacheprovider")
+    result = pytester.runpytest_inprocess("-p", "no:cacheprovider", "-rs")
     result.assert_outcomes(**{outcome: 1})
+    result.stdout.fnmatch_lines(["*browser missing: none of chromium*apt-get install*"])
 
 
 def test_budget_by_depth_counts_roots_and_replays_at_their_prefix():
     assert budget_by_depth([hostile_tree()]) == {0: 2, 1: 1}
     nodes = page_data([hostile_tree()], title="t")["trees"][0]["nodes"]
     assert [i for i, n in enumerate(nodes) if n.get("br")] == [3]  # the replay from node 1
+
+
+def test_the_cpu_training_configs_save_the_trees_the_viewer_reads():
+    from trace_gym.trainers.config import load_config
+
+    configs = sorted((Path(__file__).parents[2] / "configs").glob("cpu_*.toml"))
+    assert len(configs) >= 4
+    for path in configs:
+        assert load_config(path).save_trees, f"{path.name}: set save_trees = true"
+
+
+def test_view_on_a_run_dir_reads_its_trees_and_names_the_setting_without_them(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "metrics.jsonl").write_text('{"step": 0}\n')
+    out = tmp_path / "v.html"
+    res = _cli("view", str(run), "--out", str(out))
+    lines = res.stderr.strip().splitlines()
+    assert res.returncode == 2 and len(lines) == 1 and not out.exists(), res.stderr
+    assert "saved no trees" in lines[0] and "save_trees = true" in lines[0]
+    save_trees(synthetic_trees(2, 10), run / "trees" / "step_000000.jsonl.gz")
+    data = _page_json(write_view([run], out).read_text())  # metrics.jsonl is not a tree file
+    assert len(data["trees"]) == 2
+
+
+def _uniform_step(value=0.5):
+    """One step whose every candidate (selected or skipped) got `value`: the cold start."""
+    trees = synthetic_trees(3, 12, per_step=3)
+    for t in trees:
+        t.info["candidate_value"] = value
+    trees[0].info["skipped_candidates"] = [["skipped-a", value], ["skipped-b", value]]
+    return trees
+
+
+def test_a_step_where_every_candidate_has_one_value_is_marked_uniform():
+    steps = page_data(_uniform_step(), title="t")["steps"]
+    assert steps["0"]["uniform"] == 0.5
+    varied = synthetic_trees(3, 12, per_step=3)  # random skipped values: a ranked step
+    assert page_data(varied, title="t")["steps"]["0"]["uniform"] is None

@@ -161,3 +161,102 @@ def test_report_bad_run_dirs_give_one_line_and_exit_2(tmp_path, case):
     assert res.returncode == 2
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("trace-gym report: "), res.stderr
+
+
+def _figure(rows, name):
+    from trace_gym.bench.report_html import RUN_PLOTS, run_figure
+
+    title, panels = next((t, p) for n, t, p in RUN_PLOTS if n == name)
+    return run_figure(rows, title, panels)
+
+
+def _labels(ax):
+    return [line.get_label() for line in ax.get_lines()]
+
+
+def _rows():
+    return [
+        {
+            "step": s,
+            "loss": 0.02 * s,
+            "pg_loss": 0.01,
+            "entropy": 4.5 - 0.1 * s,
+            "roots": 16,
+            "replays": 16,  # equal to the roots: both series must still show
+            "predictor_spearman": 0.3,
+            "predictor_gain_rank": 0.2,
+            "predictor_mse": 0.04,
+            "predictor_n": 120.0,
+            "predictor_labels": 480.0,
+            "predictor_ece": 0.1,
+        }
+        for s in range(3)
+    ]
+
+
+def test_predictor_plot_keeps_rank_correlations_apart_from_errors_and_counts():
+    fig = _figure(_rows(), "predictor.png")
+    rank, error = fig.axes
+    assert "Spearman" in rank.get_ylabel() and rank.get_ylim() == (-1.05, 1.05)
+    assert set(_labels(rank)) == {"value vs realised rate, every scored node", "gain_rank, prompts"}
+    assert "Spearman" not in error.get_ylabel() and set(_labels(error)) == {"update MSE", "ECE"}
+    drawn = [y for ax in fig.axes for line in ax.get_lines() for y in line.get_ydata()]
+    assert max(drawn) < 1  # counts (n = 120, labels = 480) are in steps.csv, not on a scale
+
+
+def test_entropy_has_its_own_scale_in_the_loss_plot():
+    loss, entropy = _figure(_rows(), "loss.png").axes
+    assert set(_labels(loss)) == {"loss", "pg_loss"} and loss.get_ylim()[1] < 1
+    assert _labels(entropy) == ["entropy"] and "entropy" in entropy.get_ylabel()
+
+
+def test_equal_roots_and_replays_both_show():
+    (ax,) = _figure(_rows(), "roots_replays.png").axes
+    bars = {c.get_label(): c.patches for c in ax.containers}
+    assert set(bars) == {"roots", "replays"}
+    for r, p in zip(bars["roots"], bars["replays"], strict=True):
+        assert r.get_height() == p.get_height() == 16
+        assert r.get_x() + r.get_width() <= p.get_x()  # side by side, never one over the other
+
+
+def test_a_mixture_run_report_plots_its_per_env_metrics(tmp_path):
+    from trace_gym.bench.report_html import env_panels, run_figure
+
+    run = _run_dir(tmp_path)
+    rows = [json.loads(ln) for ln in (run / "metrics.jsonl").read_text().splitlines()]
+    assert run_figure(rows, "t", env_panels(rows)) is None  # one env: nothing per env
+    envs = ("trace/Sim-v0", "trace/Math-v0", "trace/BFCL-v0")
+    for i, r in enumerate(rows):
+        for j, env in enumerate(envs):
+            r.update({f"env/{env}/effective_ratio": 0.1 * j, f"env/{env}/success": 0.2 * i})
+            r.update({f"env/{env}/roots": 4.0 + j, f"env/{env}/turns": 3.0 * (j + 1)})
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    page = run_report(run)
+    assert (page.parent / "per_env.png").stat().st_size > 0
+    assert "<img src='per_env.png'" in page.read_text()
+    fig = run_figure(rows, "t", env_panels(rows))
+    assert [ax.get_ylabel() for ax in fig.axes] == [
+        "effective ratio",
+        "success rate",
+        "roots",
+        "turns",
+    ]
+    for ax in fig.axes:
+        assert set(_labels(ax)) == set(envs)
+
+
+def test_a_figure_that_is_nan_at_every_step_is_not_in_the_legend():
+    rows = _rows()
+    for r in rows:
+        r["predictor_gain_rank"] = float("nan")  # no mixed prompt to rank: undefined
+    rank, _ = _figure(rows, "predictor.png").axes
+    assert _labels(rank) == ["value vs realised rate, every scored node"]
+
+
+def test_lines_with_equal_values_stay_visible_one_over_the_other():
+    rows = [{"step": s, "reward": 0.0, "eval_success": 0.0, "eval_pass": 0.0} for s in range(3)]
+    (ax,) = _figure(rows, "learning.png").axes
+    lines = ax.get_lines()
+    sizes = [line.get_markersize() for line in lines]
+    assert sizes == sorted(sizes, reverse=True) and len(set(sizes)) == 3  # concentric markers
+    assert len({(line.get_marker(), line.get_linestyle()) for line in lines}) == 3
