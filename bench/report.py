@@ -49,7 +49,8 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("distinct_prompts", "prompts", "{:.1f}"),
     ("cost", "TE", "{:.0f}"),
     ("measured_turns", "turns", "{:.0f}"),
-    ("skipped_share", "skipped", "{:.0%}"),
+    ("skipped_budget", "skip.budget", "{:.0%}"),
+    ("skipped_filter", "skip.filter", "{:.0%}"),
     ("rollouts_per_prompt", "m/prompt", "{:.1f}"),
     ("predictor_share", "pred.time", "{:.1%}"),
     ("oracle_gap", "vs.oracle", "{:.0%}"),
@@ -122,6 +123,9 @@ class StepRecord:
     #: (depth, predicted, exact) of every state the predictor scored (simulator only):
     #: every candidate at depth 0, every visited prefix deeper
     exact_scored: list[tuple[int, float, float]] = field(default_factory=list, repr=False)
+    #: prompts the step's budget pays a group for: a flat policy's budget // group size, a
+    #: tree policy's roots // 2 (the smallest group that can disagree); 0: not known
+    budget_prompts: int = 0
     #: predictor health by depth (`trace_gym.predict.health.depth_health`) of this step
     health: dict[int, dict[str, float]] = field(default_factory=dict, repr=False)
 
@@ -148,6 +152,7 @@ class StepRecord:
             "skipped_share": 1.0 - self.distinct_prompts / self.candidates
             if self.candidates
             else math.nan,
+            **self._skipped_split(),
             "rollouts_per_prompt": self.roots / self.distinct_prompts
             if self.distinct_prompts
             else math.nan,
@@ -161,6 +166,15 @@ class StepRecord:
             "predictor_s": self.time_s.get("predictor", 0.0),
             "wall_s": self.wall_s,
         }
+
+    def _skipped_split(self) -> dict[str, float]:
+        """The skipped share split in two: candidates the budget cannot pay a group for
+        (``skipped_budget``), and those the policy's filter left out though it could."""
+        if not self.candidates or not self.budget_prompts:
+            return {"skipped_budget": math.nan, "skipped_filter": math.nan}
+        skipped = 1.0 - self.distinct_prompts / self.candidates
+        budget = max(0.0, 1.0 - self.budget_prompts / self.candidates)
+        return {"skipped_budget": budget, "skipped_filter": max(0.0, skipped - budget)}
 
 
 def spearman(a: Sequence[float], b: Sequence[float]) -> float:
