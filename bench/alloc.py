@@ -140,7 +140,11 @@ class BenchConfig:
         for flag, value, ok, rule in self._ranges():
             if not ok:
                 raise ConfigError(f"{flag} must be {rule}, got {value}")
-        parse_predictor(self.predictor)
+        name, _ = parse_predictor(self.predictor)
+        if name != "cell_mean":
+            from trace_gym.predict import predictor_entry_point
+
+            predictor_entry_point(name)  # unknown: one line now, not after the first policy
         for flag, kw in (
             ("--predictor-kwargs", self.predictor_kwargs),
             ("--policy-kwargs", self.policy_kwargs),
@@ -235,7 +239,11 @@ def parse_policy(spec: str) -> tuple[str, dict[str, Any]]:
 def parse_predictor(spec: str) -> tuple[str, dict[str, Any]]:
     """``"noisy:0.9"`` -> ("noisy", {"rho": 0.9}); ``"critic:qwen3-0.6b@/models/q"`` ->
     ("critic", {"preset": "qwen3-0.6b", "model_path": "/models/q"}); other names take no options."""
+    from trace_gym.plugins import is_entry_point
+
     name, _, arg = str(spec).partition(":")
+    if name not in ("critic", "noisy") and is_entry_point(spec):  # "module:Class"
+        return str(spec), {}
     if name == "critic" and arg:
         return name, _critic_spec(arg)
     if name == "noisy":

@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from trace_gym.files import set_page_mode
 from trace_gym.provenance import write_provenance
 
 __all__ = [
@@ -517,7 +518,7 @@ def write_outputs(
         json_path.write_text(json.dumps(summary, indent=2, default=_json_default))
         written.append(json_path)
     if out_dir is None:
-        return written
+        return [set_page_mode(p) for p in written]
     out_dir.mkdir(parents=True, exist_ok=True)
     written.append(write_provenance(out_dir, summary.get("config")))
     path = out_dir / "summary.json"
@@ -546,7 +547,7 @@ def write_outputs(
     written.append(path)
     written.append(_health_csv(summary, out_dir / "health.csv"))
     written += _plots(summary, out_dir)
-    return written
+    return [set_page_mode(p) for p in written]
 
 
 def _health_csv(summary: dict[str, Any], path: Path) -> Path:

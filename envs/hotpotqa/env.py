@@ -234,7 +234,7 @@ class HotpotQAEnv(TraceEnv):
         except Exception as e:  # a failing backend (server down) is an observation, not a crash
             msg = f"{type(e).__name__}: {e}"
             return (
-                f"\n\n<information>Search failed: {msg[:300]}</information>\n\n",
+                f"<information>Search failed: {msg[:300]}</information>",
                 {
                     "action": "search",
                     "query": query,
