@@ -88,6 +88,8 @@ def check_env_kwargs(env_id: str, kwargs: Mapping[str, Any], where: str = "env_k
     spec = gym.spec(str(env_id).rpartition(":")[2])
     entry = spec.entry_point
     creator = load_env_creator(entry) if isinstance(entry, str) else entry
+    if creator is None:  # a spec without an entry point: gym.make will say so
+        return
     make_keys = set(inspect.signature(gym.make).parameters) - {"id", "kwargs"}
     check_kwargs(where, creator, kwargs, also=make_keys | set(spec.kwargs))
 
