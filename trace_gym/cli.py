@@ -190,7 +190,8 @@ def bench_main(argv: list[str]) -> int:
     name, rest = argv[0], argv[1:]
     if name not in BENCHMARKS:
         print(
-            f"trace-gym bench: unknown benchmark {name!r}; choose one of: {', '.join(BENCHMARKS)}",
+            f"trace-gym bench: unknown benchmark {name!r}{did_you_mean(name, BENCHMARKS)}; "
+            f"choose one of: {', '.join(BENCHMARKS)}",
             file=sys.stderr,
         )
         return 2
@@ -262,7 +263,8 @@ def main(argv: list[str] | None = None) -> int:
     cmd, rest = argv[0], argv[1:]
     if cmd not in COMMANDS:
         print(
-            f"trace-gym: unknown command {cmd!r}; choose one of: {', '.join(COMMANDS)}",
+            f"trace-gym: unknown command {cmd!r}{did_you_mean(cmd, COMMANDS)}; "
+            f"choose one of: {', '.join(COMMANDS)}",
             file=sys.stderr,
         )
         return 2

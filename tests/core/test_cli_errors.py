@@ -144,3 +144,11 @@ def test_unknown_env_id_gets_a_close_match(capsys, tmp_path):
         capsys, ["rollout", "--env", "trace/Mth-v0", "--out", str(tmp_path / "t.jsonl")]
     )
     assert "(did you mean 'trace/Math-v0'" in err
+
+
+@pytest.mark.parametrize(
+    ("argv", "match"),
+    [(["trian"], "(did you mean 'train'?)"), (["bench", "aloc"], "(did you mean 'alloc'?)")],
+)
+def test_unknown_command_and_benchmark_get_a_close_match(capsys, argv, match):
+    assert match in _one_line_error(capsys, argv)
