@@ -433,14 +433,12 @@ def _rows(cfg: BenchConfig, has_true_value: bool) -> list[tuple[str, str, str]]:
 
 
 def _budget_prompts(cfg: BenchConfig, name: str) -> int:
-    """Prompts one step's budget pays a group for: a flat policy's M (1 + N/2) // group size,
-    a tree policy's M // 2 (two roots: the smallest group that can disagree)."""
+    """Prompts a flat policy's budget pays a fixed group for, M (1 + N/2) // group size; 0
+    for a tree policy (its rule, not a group size, says how many prompts its roots open)."""
     from trace_gym.alloc import allocator_class
 
-    if name == "first_visit":
-        return cfg.root_budget // 2
-    if getattr(allocator_class(parse_policy(name)[0]), "branching", True):
-        return cfg.root_budget // 2
+    if name == "first_visit" or getattr(allocator_class(parse_policy(name)[0]), "branching", True):
+        return 0
     return cfg.flat_roots // cfg.group_size
 
 

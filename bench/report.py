@@ -50,6 +50,7 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("distinct_prompts", "prompts", "{:.1f}"),
     ("cost", "TE", "{:.0f}"),
     ("measured_turns", "turns", "{:.0f}"),
+    ("skipped_share", "skipped", "{:.0%}"),
     ("skipped_budget", "skip.budget", "{:.0%}"),
     ("skipped_filter", "skip.filter", "{:.0%}"),
     ("rollouts_per_prompt", "m/prompt", "{:.1f}"),
@@ -124,8 +125,8 @@ class StepRecord:
     #: (depth, predicted, exact) of every state the predictor scored (simulator only):
     #: every candidate at depth 0, every visited prefix deeper
     exact_scored: list[tuple[int, float, float]] = field(default_factory=list, repr=False)
-    #: prompts the step's budget pays a group for: a flat policy's budget // group size, a
-    #: tree policy's roots // 2 (the smallest group that can disagree); 0: not known
+    #: prompts a flat policy's budget pays a fixed group for (budget // group size);
+    #: 0 for a tree policy (no split of its skipped share)
     budget_prompts: int = 0
     #: predictor health by depth (`trace_gym.predict.health.depth_health`) of this step
     health: dict[int, dict[str, float]] = field(default_factory=dict, repr=False)
@@ -169,8 +170,9 @@ class StepRecord:
         }
 
     def _skipped_split(self) -> dict[str, float]:
-        """The skipped share split in two: candidates the budget cannot pay a group for
-        (``skipped_budget``), and those the policy's filter left out though it could."""
+        """A flat policy's skipped share split in two: candidates the budget cannot pay a
+        group for (``skipped_budget``), and those its filter left out though the budget
+        would have paid for them (``skipped_filter``); nan for a tree policy."""
         if not self.candidates or not self.budget_prompts:
             return {"skipped_budget": math.nan, "skipped_filter": math.nan}
         skipped = 1.0 - self.distinct_prompts / self.candidates
