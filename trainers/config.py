@@ -154,6 +154,7 @@ class PolicyConfig:
             raise ConfigError(f"policy.lora_r must be >= 1, got {self.lora_r}")
         if self.kind == "tiny" and self.tiny:
             from trace_gym.agents.tiny import TinyConfig
+
             from trace_gym.plugins import check_kwargs
 
             check_kwargs("policy.tiny", TinyConfig, self.tiny)
