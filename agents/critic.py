@@ -43,7 +43,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from trace_gym.errors import ConfigError
+from trace_gym.errors import ConfigError, did_you_mean
 from trace_gym.optional import require
 from trace_gym.predict.base import ACTION_TAG, OBS_TAG, PROMPT_TAG, State
 
@@ -81,7 +81,8 @@ def critic_options(preset: str | None = None, **given: Any) -> dict[str, Any]:
     preset's, else the tiny default (`_DEFAULTS`)."""
     if preset is not None and preset not in CRITIC_PRESETS:
         raise ConfigError(
-            f"unknown critic preset {preset!r}; choose one of {', '.join(CRITIC_PRESETS)}"
+            f"unknown critic preset {preset!r}{did_you_mean(preset, CRITIC_PRESETS)}; "
+            f"choose one of {', '.join(CRITIC_PRESETS)}"
         )
     chosen = {**_DEFAULTS, **CRITIC_PRESETS.get(preset or "tiny", {})}
     out = {k: given[k] if given.get(k) is not None else chosen[k] for k in _DEFAULTS}

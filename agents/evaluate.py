@@ -235,16 +235,10 @@ def add_common_args(p: argparse.ArgumentParser) -> None:
 
 
 def parse_env_kwargs(text: str) -> dict[str, Any]:
-    """``--env-kwargs`` as a dict, or a one-line `ConfigError` saying what a valid one is."""
-    try:
-        kwargs = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise ConfigError(
-            f"--env-kwargs must be a JSON object, e.g. '{{\"seed\": 1}}' ({e.msg})"
-        ) from e
-    if not isinstance(kwargs, dict):
-        raise ConfigError(f"--env-kwargs must be a JSON object, got {text!r}")
-    return kwargs
+    """``--env-kwargs`` as a dict, or a one-line `ConfigError` that names the flag."""
+    from trace_gym.cli import json_object
+
+    return json_object("--env-kwargs", text)
 
 
 def env_factory_from(args: argparse.Namespace) -> Callable[[], Any]:

@@ -29,7 +29,9 @@ def _parser() -> argparse.ArgumentParser:
     p = Parser(prog="trace-gym rollout", description=main.__doc__)
     add_common_args(p)
     p.add_argument(
-        "--allocator", default="trace", help="allocator name (trace_gym.alloc.ALLOCATORS)"
+        "--allocator",
+        default="trace",
+        help="allocation policy: a name of trace_gym.alloc.ALLOCATORS, an installed entry point or module:Class",
     )
     p.add_argument(
         "--predictor",
@@ -59,8 +61,8 @@ def _parser() -> argparse.ArgumentParser:
 
 def _check_args(args: argparse.Namespace) -> None:
     """Refuse bad values before anything is built (one `ConfigError` line each, exit 2)."""
-    from trace_gym.alloc import ALLOCATORS
-    from trace_gym.errors import ConfigError, unknown
+    from trace_gym.alloc import allocator_class
+    from trace_gym.errors import ConfigError
     from trace_gym.registration import check_env_id
     from trace_gym.runner import runner_config
 
@@ -75,8 +77,7 @@ def _check_args(args: argparse.Namespace) -> None:
         if value < low:
             raise ConfigError(f"{flag} must be >= {low}, got {value}")
     runner_config(args)  # --roots, --replays, --m-max, --max-batch: the runner's own rules
-    if args.allocator not in ALLOCATORS:
-        raise unknown("allocator", args.allocator, ALLOCATORS)
+    allocator_class(args.allocator)  # a registered name, an entry point or "module:Class"
     if args.predictor != "none":
         from trace_gym.predict import predictor_entry_point
 

@@ -40,9 +40,9 @@ from trace_gym.bench.report import (
 from trace_gym.bench.report_html import write_index
 
 from trace_gym.budget import DEFAULT_REPLAY_COST
-from trace_gym.cli import Parser
+from trace_gym.cli import Parser, json_object
 from trace_gym.compat import old_names, renamed_fields
-from trace_gym.errors import ConfigError, DependencyNotInstalled, unknown
+from trace_gym.errors import ConfigError, DependencyNotInstalled, did_you_mean
 from trace_gym.predict.health import depth_health, tree_rows
 from trace_gym.runner import BranchingRunner, add_runner_args, runner_config
 from trace_gym.seeding import stable_seed
@@ -101,6 +101,9 @@ class BenchConfig:
     #: extra constructor options for `predictor` (rows with the same predictor name),
     #: e.g. {"epochs": 6} or {"device": "cuda:1"} for the critic
     predictor_kwargs: dict[str, Any] = field(default_factory=dict)
+    #: keyword options for the policies' constructors (each takes those it knows), e.g.
+    #: for a "module:Class" policy of `policies`
+    policy_kwargs: dict[str, Any] = field(default_factory=dict)
     #: fixed group size of uniform/flat policies
     group_size: int = 8
     m_max: int = 16
@@ -134,26 +137,36 @@ class BenchConfig:
             raise ConfigError(
                 "--env needs --policy scripted (the only generic policy the harness can build)"
             )
-        if self.steps < 1 or self.root_budget < 2 or self.seeds < 1 or self.seed_base < 0:
-            raise ConfigError("need --steps >= 1, --roots >= 2, --seeds >= 1 and --seed-base >= 0")
-        if (
-            self.replays_per_root < 0
-            or self.group_size < 2
-            or self.m_max < 2
-            or self.pool_factor <= 0
+        for flag, value, ok, rule in self._ranges():
+            if not ok:
+                raise ConfigError(f"{flag} must be {rule}, got {value}")
+        name, _ = parse_predictor(self.predictor)
+        if name != "cell_mean":
+            from trace_gym.predict import predictor_entry_point
+
+            predictor_entry_point(name)  # unknown: one line now, not after the first policy
+        for flag, kw in (
+            ("--predictor-kwargs", self.predictor_kwargs),
+            ("--policy-kwargs", self.policy_kwargs),
         ):
-            raise ConfigError(
-                "need --replays >= 0, --group-size >= 2, --m-max >= 2, --pool-factor > 0"
-            )
-        if not 0.0 <= self.prefix_share <= 1.0 or (
-            self.candidates is not None and self.candidates < 1
-        ):
-            raise ConfigError("need 0 <= --prefix-share <= 1 and --candidates >= 1")
-        parse_predictor(self.predictor)
-        if not isinstance(self.predictor_kwargs, dict):
-            raise ConfigError(
-                f"--predictor-kwargs must be a JSON object, got {self.predictor_kwargs!r}"
-            )
+            if not isinstance(kw, dict):
+                raise ConfigError(f"{flag} must be a JSON object, got {kw!r}")
+
+    def _ranges(self) -> tuple[tuple[str, Any, bool, str], ...]:
+        """(flag, value, whether it is allowed, the rule) of every numeric option."""
+        cand = self.candidates
+        return (
+            ("--steps", self.steps, self.steps >= 1, ">= 1"),
+            ("--roots", self.root_budget, self.root_budget >= 2, ">= 2"),
+            ("--seeds", self.seeds, self.seeds >= 1, ">= 1"),
+            ("--seed-base", self.seed_base, self.seed_base >= 0, ">= 0"),
+            ("--replays", self.replays_per_root, self.replays_per_root >= 0, ">= 0"),
+            ("--group-size", self.group_size, self.group_size >= 2, ">= 2"),
+            ("--m-max", self.m_max, self.m_max >= 2, ">= 2"),
+            ("--pool-factor", self.pool_factor, self.pool_factor > 0, "> 0"),
+            ("--prefix-share", self.prefix_share, 0.0 <= self.prefix_share <= 1.0, "in [0, 1]"),
+            ("--candidates", cand, cand is None or cand >= 1, ">= 1"),
+        )
 
     @property
     def accounted_budget(self) -> float:
@@ -196,8 +209,18 @@ POLICY_OPTIONS = ("plugin", "posterior", "max_prompts=K")
 
 
 def parse_policy(spec: str) -> tuple[str, dict[str, Any]]:
-    """``"trace:posterior:max_prompts=32"`` -> ("trace", {"objective": "posterior", "max_prompts": 32})."""
-    name, *opts = str(spec).split(":")
+    """``"trace:posterior:max_prompts=32"`` -> ("trace", {"objective": "posterior", "max_prompts": 32}).
+
+    A name that is not registered but starts "module:Class" keeps both parts
+    (``"mypkg.policies:HalfSure"``), so a policy from a user's module takes options too.
+    """
+    from trace_gym.alloc import ALLOCATORS
+    from trace_gym.plugins import is_entry_point
+
+    parts = str(spec).split(":")
+    two = len(parts) > 1 and parts[0] not in (*ALLOCATORS, "first_visit")
+    cut = 2 if two and is_entry_point(":".join(parts[:2])) else 1
+    name, opts = ":".join(parts[:cut]), parts[cut:]
     kw: dict[str, Any] = {}
     for opt in opts:
         key, eq, val = opt.partition("=")
@@ -216,7 +239,11 @@ def parse_policy(spec: str) -> tuple[str, dict[str, Any]]:
 def parse_predictor(spec: str) -> tuple[str, dict[str, Any]]:
     """``"noisy:0.9"`` -> ("noisy", {"rho": 0.9}); ``"critic:qwen3-0.6b@/models/q"`` ->
     ("critic", {"preset": "qwen3-0.6b", "model_path": "/models/q"}); other names take no options."""
+    from trace_gym.plugins import is_entry_point
+
     name, _, arg = str(spec).partition(":")
+    if name not in ("critic", "noisy") and is_entry_point(spec):  # "module:Class"
+        return str(spec), {}
     if name == "critic" and arg:
         return name, _critic_spec(arg)
     if name == "noisy":
@@ -316,15 +343,13 @@ def _env_source(cfg: BenchConfig, seed: int) -> _Source:
 
 # ---------------------------------------------------------------------- one run
 def _policies(cfg: BenchConfig, has_true_value: bool) -> list[str]:
-    from trace_gym.alloc import ALLOCATORS
+    from trace_gym.alloc import ALLOCATORS, allocator_class
 
     names = list(cfg.policies) or [p for p in POLICY_ORDER if p in ALLOCATORS] + sorted(
         p for p in ALLOCATORS if p not in POLICY_ORDER
     )
-    for spec in names:
-        name, _ = parse_policy(spec)
-        if name not in ALLOCATORS:
-            raise unknown("allocation policy", name, ALLOCATORS)
+    classes = [allocator_class(parse_policy(spec)[0]) for spec in names]
+    _check_policy_kwargs(cfg.policy_kwargs, classes)
     if not has_true_value and "oracle" in names:
         log.warning("dropping 'oracle': this env has no exact true values")
         names.remove("oracle")
@@ -407,6 +432,16 @@ def _rows(cfg: BenchConfig, has_true_value: bool) -> list[tuple[str, str, str]]:
     return rows
 
 
+def _budget_prompts(cfg: BenchConfig, name: str) -> int:
+    """Prompts a flat policy's budget pays a fixed group for, M (1 + N/2) // group size; 0
+    for a tree policy (its rule, not a group size, says how many prompts its roots open)."""
+    from trace_gym.alloc import allocator_class
+
+    if name == "first_visit" or getattr(allocator_class(parse_policy(name)[0]), "branching", True):
+        return 0
+    return cfg.flat_roots // cfg.group_size
+
+
 def run_bench(cfg: BenchConfig) -> BenchResult:
     """Run every policy on every seed; returns the summary and per-step records."""
     try:
@@ -437,6 +472,7 @@ def run_bench(cfg: BenchConfig) -> BenchResult:
                 record = _record(
                     label, seed, step, len(pools[step]), trees, report, cfg.accounted_budget, exact
                 )
+                record.budget_prompts = _budget_prompts(cfg, name)
                 records.append(record)
                 if bar is not None:
                     bar.set_postfix_str(f"{label} eff={record.effective_ratio:.0%}")
@@ -494,15 +530,34 @@ def fresh_pools(cfg: BenchConfig, source: _Source, seed: int) -> list[list[Any]]
     return [ids[s * n_cand : (s + 1) * n_cand] for s in range(cfg.steps)]
 
 
+def _check_policy_kwargs(kwargs: dict[str, Any], classes: Sequence[type]) -> None:
+    """Every --policy-kwargs key must be taken by some policy of the run (a typo otherwise)."""
+    from trace_gym.alloc import allocator_options
+
+    options = [allocator_options(c) for c in classes]
+    if any(o is None for o in options):  # a policy that takes **kwargs takes every key
+        return
+    known = set().union(*options)
+    for key in sorted(kwargs):
+        if key not in known:
+            raise ConfigError(
+                f"--policy-kwargs key {key!r} is taken by no policy of the run"
+                f"{did_you_mean(key, known)}; they take: {', '.join(sorted(known))}"
+            )
+
+
 def _make_allocator(cfg: BenchConfig, name: str):
-    from trace_gym.alloc import make_allocator
+    from trace_gym.alloc import allocator_class, allocator_options, make_allocator
 
     if name == "first_visit":
         from trace_gym.bench.first_visit import FirstVisitAllocator
 
         return FirstVisitAllocator(m_max=cfg.m_max, group_size=cfg.group_size)
     base, options = parse_policy(name)
-    return make_allocator(base, m_max=cfg.m_max, group_size=cfg.group_size, **options)
+    takes = allocator_options(allocator_class(base))
+    kw = {"m_max": cfg.m_max, "group_size": cfg.group_size, **cfg.policy_kwargs}
+    kw = {k: v for k, v in kw.items() if takes is None or k in takes}  # each takes its own
+    return make_allocator(base, **kw, **options)
 
 
 def _make_predictor(cfg: BenchConfig, spec: str):
@@ -902,8 +957,16 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--policies",
         default="",
-        help="comma-separated allocation policies (default: all); TRACE-rule ones take options "
+        help="comma-separated allocation policies (default: all): registered names, names an "
+        "installed package declares (entry-point group trace_gym.allocators) or module:Class "
+        "(its module importable, e.g. on PYTHONPATH); TRACE-rule ones take options "
         "after ':', e.g. trace:posterior (the posterior objective), trace:max_prompts=32",
+    )
+    p.add_argument(
+        "--policy-kwargs",
+        default="{}",
+        help="JSON options for the policies' constructors; each policy takes the keys it knows, "
+        "e.g. '{\"lo\": 0.3}' for a module:Class policy",
     )
     p.add_argument(
         "--predictor",
@@ -1078,7 +1141,8 @@ def _config(args: argparse.Namespace) -> BenchConfig:
         seed_base=args.seed_base,
         policies=tuple(x.strip() for x in args.policies.split(",") if x.strip()),
         predictor=args.predictor,
-        predictor_kwargs=json.loads(args.predictor_kwargs),
+        predictor_kwargs=json_object("--predictor-kwargs", args.predictor_kwargs),
+        policy_kwargs=json_object("--policy-kwargs", args.policy_kwargs),
         group_size=args.group_size,
         m_max=args.m_max,
         pool_factor=args.pool_factor,
@@ -1086,7 +1150,7 @@ def _config(args: argparse.Namespace) -> BenchConfig:
         max_batch=args.max_batch,
         env_id=args.env,
         policy=args.policy or ("scripted" if args.env else "sim"),
-        env_kwargs=json.loads(args.env_kwargs),
+        env_kwargs=json_object("--env-kwargs", args.env_kwargs),
         progress=not args.no_progress,
         revisit=args.revisit,
         prefix_share=args.prefix_share,
@@ -1130,7 +1194,7 @@ def main(argv: list[str] | None = None) -> int:
             s["goals"] += shape_goals(s["budget_shapes"])
         if fixed:
             s["budget_shapes_fixed_group"] = run_shapes_fixed_group(cfg, fixed, pols, reuse=result)
-    except (ConfigError, DependencyNotInstalled, json.JSONDecodeError) as e:
+    except (ConfigError, DependencyNotInstalled) as e:
         print(f"trace-gym bench alloc: {e}".splitlines()[0], file=sys.stderr)
         return 2
     _print_report(cfg, s, wide=args.wide)

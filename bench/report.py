@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from trace_gym.files import set_page_mode
 from trace_gym.provenance import write_provenance
 
 __all__ = [
@@ -50,6 +51,8 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("cost", "TE", "{:.0f}"),
     ("measured_turns", "turns", "{:.0f}"),
     ("skipped_share", "skipped", "{:.0%}"),
+    ("skipped_budget", "skip.budget", "{:.0%}"),
+    ("skipped_filter", "skip.filter", "{:.0%}"),
     ("rollouts_per_prompt", "m/prompt", "{:.1f}"),
     ("predictor_share", "pred.time", "{:.1%}"),
     ("oracle_gap", "vs.oracle", "{:.0%}"),
@@ -135,6 +138,9 @@ class StepRecord:
     #: (depth, predicted, exact) of every state the predictor scored (simulator only):
     #: every candidate at depth 0, every visited prefix deeper
     exact_scored: list[tuple[int, float, float]] = field(default_factory=list, repr=False)
+    #: prompts a flat policy's budget pays a fixed group for (budget // group size);
+    #: 0 for a tree policy (no split of its skipped share)
+    budget_prompts: int = 0
     #: predictor health by depth (`trace_gym.predict.health.depth_health`) of this step
     health: dict[int, dict[str, float]] = field(default_factory=dict, repr=False)
 
@@ -161,6 +167,7 @@ class StepRecord:
             "skipped_share": 1.0 - self.distinct_prompts / self.candidates
             if self.candidates
             else math.nan,
+            **self._skipped_split(),
             "rollouts_per_prompt": self.roots / self.distinct_prompts
             if self.distinct_prompts
             else math.nan,
@@ -174,6 +181,16 @@ class StepRecord:
             "predictor_s": self.time_s.get("predictor", 0.0),
             "wall_s": self.wall_s,
         }
+
+    def _skipped_split(self) -> dict[str, float]:
+        """A flat policy's skipped share split in two: candidates the budget cannot pay a
+        group for (``skipped_budget``), and those its filter left out though the budget
+        would have paid for them (``skipped_filter``); nan for a tree policy."""
+        if not self.candidates or not self.budget_prompts:
+            return {"skipped_budget": math.nan, "skipped_filter": math.nan}
+        skipped = 1.0 - self.distinct_prompts / self.candidates
+        budget = max(0.0, 1.0 - self.budget_prompts / self.candidates)
+        return {"skipped_budget": budget, "skipped_filter": max(0.0, skipped - budget)}
 
 
 def spearman(a: Sequence[float], b: Sequence[float]) -> float:
@@ -520,7 +537,7 @@ def write_outputs(
         json_path.write_text(json.dumps(summary, indent=2, default=_json_default))
         written.append(json_path)
     if out_dir is None:
-        return written
+        return [set_page_mode(p) for p in written]
     out_dir.mkdir(parents=True, exist_ok=True)
     written.append(write_provenance(out_dir, summary.get("config")))
     path = out_dir / "summary.json"
@@ -549,7 +566,7 @@ def write_outputs(
     written.append(path)
     written.append(_health_csv(summary, out_dir / "health.csv"))
     written += _plots(summary, out_dir)
-    return written
+    return [set_page_mode(p) for p in written]
 
 
 def _health_csv(summary: dict[str, Any], path: Path) -> Path:

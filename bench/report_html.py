@@ -26,6 +26,7 @@ from typing import Any
 
 from trace_gym.cli import Parser
 from trace_gym.errors import TraceGymError
+from trace_gym.files import set_page_mode, write_page
 
 __all__ = ["ReportError", "main", "read_metrics", "run_report", "write_index"]
 
@@ -119,9 +120,7 @@ def write_index(
         + "</ul>",
         f"<p><small>written {time.strftime('%Y-%m-%d %H:%M:%S %Z')}</small></p></body></html>",
     ]
-    path = out_dir / "index.html"
-    path.write_text("".join(parts), encoding="utf-8")
-    return path
+    return write_page(out_dir / "index.html", "".join(parts))
 
 
 def _shell_quote(arg: str) -> str:
@@ -266,7 +265,7 @@ def _save(fig: Any, path: Path) -> Path | None:
         return None
     fig.savefig(path, dpi=110)
     plt.close(fig)
-    return path
+    return set_page_mode(path)
 
 
 def _depth_plot(stats: dict[int, dict[str, Any]], path: Path) -> Path | None:
@@ -294,7 +293,7 @@ def _depth_plot(stats: dict[int, dict[str, Any]], path: Path) -> Path | None:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
-    return path
+    return set_page_mode(path)
 
 
 #: the run report's plots: file, title, panels (each on its own scale; those with data)
@@ -398,7 +397,7 @@ def _write_steps_csv(rows: list[dict[str, Any]], path: Path) -> Path:
         w.writerow(keys)
         for r in rows:
             w.writerow([r.get(k, "") for k in keys])
-    return path
+    return set_page_mode(path)
 
 
 def run_report(run_dir: str | Path, out: str | Path | None = None) -> Path:

@@ -20,10 +20,8 @@ import gzip
 import html
 import json
 import math
-import os
 import re
 import sys
-import tempfile
 import webbrowser
 import zlib
 from collections import Counter
@@ -35,6 +33,7 @@ import numpy as np
 
 from trace_gym.cli import Parser
 from trace_gym.errors import TraceGymError, TreeFormatError
+from trace_gym.files import write_page
 from trace_gym.tree import FAILURE_KINDS, Node, RolloutTree, load_trees
 
 __all__ = [
@@ -333,17 +332,7 @@ def write_view(
     text = page_html(
         page_data(trees, title=title or f"trace-gym trees: {names}", max_text=max_text)
     )
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".view-", suffix=".html", dir=out.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, out)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return out
+    return write_page(out, text)
 
 
 def screenshot(page: Path, png: Path) -> Path:

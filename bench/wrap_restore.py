@@ -19,7 +19,7 @@ import gymnasium as gym
 import numpy as np
 
 import trace_gym
-from trace_gym.cli import Parser
+from trace_gym.cli import Parser, json_object
 from trace_gym.provenance import write_provenance
 from trace_gym.wrap import WrappedEnv, wrap
 
@@ -122,7 +122,12 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     depths = [int(x) for x in args.depths.split(",")]
     rows = measure(
-        args.env, json.loads(args.env_kwargs), depths, args.reps, args.seed, args.action or None
+        args.env,
+        json_object("--env-kwargs", args.env_kwargs),
+        depths,
+        args.reps,
+        args.seed,
+        args.action or None,
     )
     print(format_rows(args.env, rows))
     if args.out:

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from trace_gym.cli import Parser
+from trace_gym.errors import did_you_mean
 
 __all__ = ["build_index", "detect_format", "main"]
 
@@ -174,7 +175,8 @@ def main(argv: list[str]) -> int:
         return 0
     if argv[0] not in SUBCOMMANDS:
         print(
-            f"trace-gym corpus: unknown subcommand {argv[0]!r}; choose one of: {', '.join(SUBCOMMANDS)}",
+            f"trace-gym corpus: unknown subcommand {argv[0]!r}"
+            f"{did_you_mean(argv[0], SUBCOMMANDS)}; choose one of: {', '.join(SUBCOMMANDS)}",
             file=sys.stderr,
         )
         return 2

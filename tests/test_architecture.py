@@ -52,6 +52,7 @@ REGISTRATION_TABLES: dict[str, tuple[str, ...]] = {
     "trace_gym/registration.py": ("BUILTIN_ENVS", "check_env_id"),  # env registration
     "trace_gym/predict/__init__.py": ("PREDICTORS", "predictor_class"),  # predictor registry
     "trace_gym/alloc/__init__.py": ("ALLOCATORS", "make_allocator"),  # allocator registry
+    "trace_gym/plugins.py": ("load",),  # a user's "module:Class" or an installed entry point
     "trace_gym/compat.py": ("DEPRECATED_ALIASES", "_forward"),  # the deprecated aliases
     "trace_gym/wrap.py": ("make_inner",),  # a user's "module:Factory" env spec
     "trace_gym/distributed/engine.py": ("resolve",),  # a user's "module:function" hook

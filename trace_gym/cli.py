@@ -18,11 +18,13 @@ import argparse
 import contextlib
 import contextvars
 import importlib
+import json
+import re
 import sys
 from collections.abc import Callable, Iterator, Mapping
-from typing import NoReturn
+from typing import Any, NoReturn
 
-from trace_gym.errors import TraceGymError, UsageError
+from trace_gym.errors import ConfigError, TraceGymError, UsageError, did_you_mean
 
 __all__ = [
     "BENCHMARKS",
@@ -32,6 +34,7 @@ __all__ = [
     "bench_main",
     "envs_main",
     "help_table",
+    "json_object",
     "main",
     "run_command",
 ]
@@ -156,6 +159,18 @@ def _load(target: str):
     return getattr(mod, func)
 
 
+def json_object(flag: str, text: str) -> dict[str, Any]:
+    """The JSON object a ``--...-kwargs`` flag holds, or a one-line `ConfigError` naming the flag."""
+    how = f"{flag} must be a JSON object with double-quoted keys, e.g. '{{\"seed\": 1}}'"
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ConfigError(f"{how}; got {text!r} ({e.msg} at column {e.colno})") from e
+    if not isinstance(value, dict):
+        raise ConfigError(f"{how}; got {text!r}")
+    return value
+
+
 def envs_main(argv: list[str]) -> int:
     """List the registered env ids, one line each."""
     Parser(prog="trace-gym envs", description=envs_main.__doc__).parse_args(argv)
@@ -175,7 +190,8 @@ def bench_main(argv: list[str]) -> int:
     name, rest = argv[0], argv[1:]
     if name not in BENCHMARKS:
         print(
-            f"trace-gym bench: unknown benchmark {name!r}; choose one of: {', '.join(BENCHMARKS)}",
+            f"trace-gym bench: unknown benchmark {name!r}{did_you_mean(name, BENCHMARKS)}; "
+            f"choose one of: {', '.join(BENCHMARKS)}",
             file=sys.stderr,
         )
         return 2
@@ -184,6 +200,10 @@ def bench_main(argv: list[str]) -> int:
 
 #: True while `run_command` runs a command: its parsers raise instead of exiting
 _IN_COMMAND: contextvars.ContextVar[bool] = contextvars.ContextVar("in_command", default=False)
+
+
+#: argparse's refusal of a `choices` value (Python 3.11-3.13 wording)
+_INVALID_CHOICE = re.compile(r"invalid choice: '(?P<name>[^']*)' \(choose from (?P<known>.*)\)")
 
 
 class Parser(argparse.ArgumentParser):
@@ -196,6 +216,10 @@ class Parser(argparse.ArgumentParser):
     """
 
     def error(self, message: str) -> NoReturn:
+        choice = _INVALID_CHOICE.search(message)
+        if choice:  # argparse lists the choices; add the close ones
+            name, known = choice["name"], re.findall(r"'([^']*)'", choice["known"])
+            message += did_you_mean(name, known)
         if _IN_COMMAND.get():
             raise UsageError(f"{message} (see {self.prog} --help)")
         super().error(message)
@@ -239,7 +263,8 @@ def main(argv: list[str] | None = None) -> int:
     cmd, rest = argv[0], argv[1:]
     if cmd not in COMMANDS:
         print(
-            f"trace-gym: unknown command {cmd!r}; choose one of: {', '.join(COMMANDS)}",
+            f"trace-gym: unknown command {cmd!r}{did_you_mean(cmd, COMMANDS)}; "
+            f"choose one of: {', '.join(COMMANDS)}",
             file=sys.stderr,
         )
         return 2

@@ -7,6 +7,9 @@ an observation. These errors are for programming and configuration mistakes.
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Iterable
+
 
 class TraceGymError(Exception):
     """Base class of every error raised by trace-gym."""
@@ -70,7 +73,9 @@ class UnknownNameError(ConfigError, KeyError):
 
     def __init__(self, kind: str, name: str, known):
         known = sorted(known)
-        super().__init__(f"unknown {kind} {name!r}; choose one of: {', '.join(known)}")
+        super().__init__(
+            f"unknown {kind} {name!r}{did_you_mean(name, known)}; choose one of: {', '.join(known)}"
+        )
         self.kind, self.name, self.known = kind, name, known
 
     def __str__(self) -> str:
@@ -104,6 +109,12 @@ class BranchFailures(TraceGymError, RuntimeError):
 class WorkerLost(TraceGymError, RuntimeError):
     """Rollout workers kept dying on the same prompts; their trees could not be made
     (`trace_gym.distributed.RayRunner`)."""
+
+
+def did_you_mean(name: object, known: Iterable[str]) -> str:
+    """``" (did you mean 'trace'?)"`` for the close matches of `name` among `known` (or "")."""
+    close = difflib.get_close_matches(str(name), [str(k) for k in known], n=3, cutoff=0.6)
+    return f" (did you mean {' or '.join(map(repr, close))}?)" if close else ""
 
 
 def unknown(kind: str, name: str, table) -> UnknownNameError:

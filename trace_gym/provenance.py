@@ -13,13 +13,14 @@ import argparse
 import dataclasses
 import datetime as _dt
 import json
-import os
 import platform
 import subprocess
 import sys
 from importlib import metadata
 from pathlib import Path
 from typing import Any
+
+from trace_gym.files import write_page
 
 __all__ = ["PACKAGES", "PROVENANCE_FILE", "collect", "git_state", "write_provenance"]
 
@@ -109,7 +110,4 @@ def write_provenance(
     out.mkdir(parents=True, exist_ok=True)
     path = out / PROVENANCE_FILE
     # written whole, then moved: the ranks of a sharded run all write it at once
-    tmp = out / f".{PROVENANCE_FILE}.{os.getpid()}"
-    tmp.write_text(json.dumps(collect(config, argv=argv), indent=2, default=str) + "\n")
-    os.replace(tmp, path)
-    return path
+    return write_page(path, json.dumps(collect(config, argv=argv), indent=2, default=str) + "\n")

@@ -11,7 +11,9 @@ refuse `restore` into a fresh env, and no `PassiveEnvChecker`), so
 
 from __future__ import annotations
 
-from typing import NamedTuple
+import inspect
+from collections.abc import Mapping
+from typing import Any, NamedTuple
 
 import gymnasium as gym
 
@@ -75,11 +77,28 @@ def env_ids() -> list[str]:
     return [e.id for e in BUILTIN_ENVS]
 
 
+def check_env_kwargs(env_id: str, kwargs: Mapping[str, Any], where: str = "env_kwargs") -> None:
+    """Raise a one-line `ConfigError` if `kwargs` holds an option the env's constructor (or
+    ``gym.make``) does not take; imports the env's module, builds nothing."""
+    from gymnasium.envs.registration import load_env_creator
+
+    from trace_gym.plugins import check_kwargs
+
+    check_env_id(env_id)
+    spec = gym.spec(str(env_id).rpartition(":")[2])
+    entry = spec.entry_point
+    creator = load_env_creator(entry) if isinstance(entry, str) else entry
+    if creator is None:  # a spec without an entry point: gym.make will say so
+        return
+    make_keys = set(inspect.signature(gym.make).parameters) - {"id", "kwargs"}
+    check_kwargs(where, creator, kwargs, also=make_keys | set(spec.kwargs))
+
+
 def check_env_id(env_id: str) -> None:
     """Raise `ConfigError` now if gymnasium cannot make `env_id` ("module:Id-vN" imports its module)."""
     import importlib
 
-    from trace_gym.errors import ConfigError
+    from trace_gym.errors import ConfigError, did_you_mean
 
     register_envs()
     module, _, name = str(env_id).rpartition(":")
@@ -89,5 +108,6 @@ def check_env_id(env_id: str) -> None:
         gym.spec(name)
     except (ImportError, gym.error.Error) as e:
         raise ConfigError(
-            f"unknown env id {env_id!r} ({e}); built-in ids: {', '.join(env_ids())}"
+            f"unknown env id {env_id!r} ({e}){did_you_mean(env_id, env_ids())}; "
+            f"built-in ids: {', '.join(env_ids())}"
         ) from e

@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from trace_gym.errors import ConfigError, unknown
+from trace_gym.errors import ConfigError, did_you_mean, unknown
 from trace_gym.optional import require
 from trace_gym.registration import check_env_id
 from trace_gym.runner import RunnerConfig
@@ -152,6 +152,12 @@ class PolicyConfig:
             )
         if self.lora and self.lora_r < 1:
             raise ConfigError(f"policy.lora_r must be >= 1, got {self.lora_r}")
+        if self.kind == "tiny" and self.tiny:
+            from trace_gym.agents.tiny import TinyConfig
+
+            from trace_gym.plugins import check_kwargs
+
+            check_kwargs("policy.tiny", TinyConfig, self.tiny)
         if self.temperature <= 0:
             raise ConfigError(
                 "policy.temperature must be > 0 for RL (greedy rollouts have no variance)"
@@ -190,7 +196,8 @@ def runner_table(
     extra = sorted(set(value) - known)
     if extra:
         raise ConfigError(
-            f"unknown key(s) {extra} in [{where}.runner]; known keys: {', '.join(sorted(known))}"
+            f"unknown key(s) {extra} in [{where}.runner]{did_you_mean(extra[0], known)}; "
+            f"known keys: {', '.join(sorted(known))}"
         )
     for key in value:  # one at a time, so each message names its own table
         _check_values(RunnerConfig, {key: value[key]}, where if key in flat else f"{where}.runner")
@@ -250,7 +257,8 @@ class RolloutConfig:
 
     env_id: str = "trace/Sim-v0"
     env_kwargs: dict[str, Any] = field(default_factory=dict)
-    #: allocation policy name in `trace_gym.alloc.ALLOCATORS`
+    #: allocation policy: a name in `trace_gym.alloc.ALLOCATORS`, an installed entry point
+    #: (group ``trace_gym.allocators``) or "module:Class"
     allocator: str = "trace"
     allocator_kwargs: dict[str, Any] = field(default_factory=dict)
     #: predictor name in `trace_gym.predict.PREDICTORS` or a "module:Class" entry point
@@ -279,17 +287,17 @@ class RolloutConfig:
     ray_engines: int = 0
 
     def __post_init__(self) -> None:
-        from trace_gym.alloc import ALLOCATORS
+        from trace_gym.alloc import allocator_class
 
         self.runner = runner_table(self.runner, "rollout")
         _check_types(self, "rollout")
         check_env_id(self.env_id)
-        if self.allocator not in ALLOCATORS:
-            raise unknown("allocator", self.allocator, ALLOCATORS)
+        allocator_class(self.allocator)  # a registered name, an entry point or "module:Class"
         if self.predictor:
             from trace_gym.predict import predictor_entry_point
 
             predictor_entry_point(self.predictor)  # a registered name or "module:Class"
+        self._check_kwargs()
         if self.candidates_per_step < 1:
             raise ConfigError(
                 f"rollout.candidates_per_step must be >= 1, got {self.candidates_per_step}"
@@ -308,6 +316,24 @@ class RolloutConfig:
             raise ConfigError(
                 f"rollout.train_tasks must be >= 1 (or unset), got {self.train_tasks}"
             )
+
+    def _check_kwargs(self) -> None:
+        """Each ``*_kwargs`` table against the constructor it is for: a typo fails here, at
+        ``--check`` and start-up, not after the first rollouts (nothing is built)."""
+        from trace_gym.alloc import check_allocator_kwargs
+        from trace_gym.plugins import check_kwargs
+        from trace_gym.registration import check_env_kwargs
+
+        check_env_kwargs(self.env_id, self.env_kwargs, "rollout.env_kwargs")
+        check_allocator_kwargs(self.allocator, self.allocator_kwargs, "rollout.allocator_kwargs")
+        if self.predictor:
+            from trace_gym.predict import predictor_class
+
+            try:
+                cls = predictor_class(self.predictor)
+            except ImportError:  # an extra not installed here: building it will say so
+                return
+            check_kwargs("rollout.predictor_kwargs", cls, self.predictor_kwargs)
 
 
 @dataclass
@@ -541,7 +567,8 @@ def _build(cls: type, d: dict[str, Any], where: str) -> Any:
     extra = sorted(set(d) - known)
     if extra:
         raise ConfigError(
-            f"unknown key(s) {extra} in [{where}]; known keys: {', '.join(sorted(known))}"
+            f"unknown key(s) {extra} in [{where}]{did_you_mean(extra[0], known)}; "
+            f"known keys: {', '.join(sorted(known))}"
         )
     return cls(**d)
 

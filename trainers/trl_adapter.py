@@ -139,11 +139,10 @@ class TRLRolloutConfig:
     max_seq_len: int = 8192
 
     def __post_init__(self) -> None:
-        from trace_gym.alloc import ALLOCATORS
+        from trace_gym.alloc import allocator_class
 
         self.runner = runner_table(self.runner, "TRLRolloutConfig", TRL_FLAT_KEYS)
-        if self.allocator not in ALLOCATORS:
-            raise unknown("allocator", self.allocator, ALLOCATORS)
+        allocator_class(self.allocator)  # a registered name, an entry point or "module:Class"
         if self.advantage not in ADVANTAGES:
             raise unknown("optimiser", self.advantage, ADVANTAGES)
         if self.prompt_weight not in PROMPT_WEIGHTS:

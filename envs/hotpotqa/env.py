@@ -23,7 +23,7 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 from trace_gym.envs.hotpotqa import protocol
@@ -40,6 +40,7 @@ from trace_gym.envs.hotpotqa.retrievers import KINDS, Retriever, open_retriever
 
 from trace_gym.core import TraceEnv, Transition
 from trace_gym.errors import ConfigError
+from trace_gym.plugins import check_kwargs
 
 __all__ = ["HotpotQAConfig", "HotpotQAEnv"]
 
@@ -137,7 +138,11 @@ class HotpotQAEnv(TraceEnv):
     env_id = "trace/HotpotQA-v0"
     volatile_info_keys = frozenset({"elapsed_s", "timings"})
 
+    #: the dataclass that reads the constructor's ``**options`` (what `check_env_kwargs` checks)
+    options_class: ClassVar[type] = HotpotQAConfig
+
     def __init__(self, render_mode: str | None = None, **options: Any):
+        check_kwargs(self.env_id, HotpotQAEnv, options)  # a typo: one line, not a TypeError
         cfg = HotpotQAConfig(**options)
         super().__init__(max_turns=cfg.max_turns, render_mode=render_mode)
         self.config = cfg
@@ -229,7 +234,7 @@ class HotpotQAEnv(TraceEnv):
         except Exception as e:  # a failing backend (server down) is an observation, not a crash
             msg = f"{type(e).__name__}: {e}"
             return (
-                f"\n\n<information>Search failed: {msg[:300]}</information>\n\n",
+                f"<information>Search failed: {msg[:300]}</information>",
                 {
                     "action": "search",
                     "query": query,

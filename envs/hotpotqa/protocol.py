@@ -148,11 +148,15 @@ def parse_action(text: str, max_query_chars: int = 512) -> Action:
 
 def invalid_observation(action: Action) -> str:
     """What the agent reads after an invalid turn (Search-R1's hint plus the reason)."""
-    return f"\n{_HINT} ({action.detail})\n"
+    return f"{_HINT} ({action.detail})"
 
 
 def format_information(hits: Sequence[Hit]) -> str:
-    """Search-R1's `<information>` block: one ``Doc i(Title: T) text`` line per hit."""
+    """Search-R1's `<information>` block: one ``Doc i(Title: T) text`` line per hit.
+
+    Without Search-R1's surrounding blank lines: they joined the block to the model's
+    text in one stream, here it is a message of its own (a chat template separates it).
+    """
     lines = [f"Doc {i + 1}(Title: {h.passage.title}) {h.passage.text}" for i, h in enumerate(hits)]
     body = "\n".join(lines) if lines else "No results."
-    return f"\n\n<information>{body}</information>\n\n"
+    return f"<information>{body}</information>"

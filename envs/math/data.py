@@ -179,18 +179,39 @@ def load_records(path: str | Path) -> list[dict[str, Any]]:
             ) from e
         return pq.read_table(path).to_pylist()
     opener = gzip.open if name.endswith(".gz") else open
-    with opener(path, "rt", encoding="utf-8") as f:
-        text = f.read()
-    stripped = text.lstrip()
-    if stripped.startswith("["):
-        records = json.loads(text)
-    elif name.endswith((".jsonl", ".jsonl.gz")) or "\n" in stripped:
-        records = [json.loads(line) for line in text.splitlines() if line.strip()]
-    else:
-        records = [json.loads(text)]
+    try:
+        with opener(path, "rt", encoding="utf-8") as f:
+            text = f.read()
+        records = _parse_records(text, name)
+    except (json.JSONDecodeError, UnicodeDecodeError, gzip.BadGzipFile) as e:
+        where = f" (line {e.lineno}, column {e.colno}: {e.msg})" if hasattr(e, "lineno") else ""
+        raise ConfigError(
+            f"math dataset {str(path)!r} is not JSON, JSONL or parquet{where}; pass a file of "
+            "objects with 'problem' and 'answer' fields"
+        ) from e
     if not isinstance(records, list) or not all(isinstance(r, dict) for r in records):
         raise ConfigError(f"{path}: expected a list of objects with 'problem' and 'answer' fields")
     return records
+
+
+def _parse_records(text: str, name: str) -> Any:
+    """A JSON list, JSONL lines or one JSON object (raises `json.JSONDecodeError`)."""
+    stripped = text.lstrip()
+    if stripped.startswith("["):
+        return json.loads(text)
+    if name.endswith((".jsonl", ".jsonl.gz")) or "\n" in stripped:
+        lines = text.splitlines()
+        out = []
+        for i, line in enumerate(lines):
+            if line.strip():
+                try:
+                    out.append(json.loads(line))
+                except json.JSONDecodeError as e:  # the file's line, not the line's line 1
+                    raise json.JSONDecodeError(
+                        e.msg, text, sum(map(len, lines[:i])) + i + e.pos
+                    ) from e
+        return out
+    return [json.loads(text)]
 
 
 def _to_tasks(records: list[dict[str, Any]], stem: str, source: str = "") -> tuple[MathTask, ...]:

@@ -443,3 +443,40 @@ def test_the_table_is_compact_by_default_and_wide_on_request(capsys):
     wide = capsys.readouterr().out.splitlines()
     header = next(ln for ln in wide if ln.startswith("policy "))
     assert header.split() == ["policy", *(h for _, h, _ in COLUMNS)]
+
+
+def test_a_flat_policys_skipped_share_splits_into_budget_and_filter():
+    from trace_gym.bench.report import StepRecord
+
+    def rec(prompts: int, budget_prompts: int) -> StepRecord:
+        return StepRecord(
+            policy="p",
+            seed=0,
+            step=0,
+            effective_ratio=0.5,
+            mixed_groups=1,
+            mixed_anchors=1,
+            contrastive_pairs=0,
+            cost=32.0,
+            measured_turns=1,
+            tokens=1,
+            distinct_prompts=prompts,
+            candidates=16,
+            roots=32,
+            replays=0,
+            replays_unspent=0,
+            failed_branches=0,
+            wall_s=1.0,
+            time_s={},
+            replays_by_depth={},
+            budget_prompts=budget_prompts,
+        )
+
+    m = rec(prompts=2, budget_prompts=4).metrics  # the budget pays 4 groups; the filter kept 2
+    assert m["skipped_share"] == pytest.approx(14 / 16)
+    assert (m["skipped_budget"], m["skipped_filter"]) == pytest.approx((12 / 16, 2 / 16))
+    tree = rec(prompts=5, budget_prompts=0).metrics  # a tree policy: no split
+    assert math.isnan(tree["skipped_budget"]) and math.isnan(tree["skipped_filter"])
+    cfg = BenchConfig(preset="math", steps=1, roots=32, replays=2, progress=False)
+    assert bench_alloc._budget_prompts(cfg, "greso") == cfg.flat_roots // cfg.group_size == 8
+    assert bench_alloc._budget_prompts(cfg, "trace") == 0

@@ -118,3 +118,37 @@ def test_eval_with_an_unknown_env_is_one_line(capsys):
     assert "Environment `Nope` doesn't exist" in _one_line_error(
         capsys, ["eval", "--env", "trace/Nope-v0", "--policy", "sim"]
     )
+
+
+@pytest.mark.parametrize(
+    ("args", "match"),
+    [  # each names the flag that was wrong (one line, rc 2), with a close match for a name
+        (["--roots", "-5"], "--roots must be >= 2, got -5"),
+        (["--seeds", "0"], "--seeds must be >= 1, got 0"),
+        (["--pool-factor", "0"], "--pool-factor must be > 0, got 0"),
+        (["--env-kwargs", "{dataset: x}"], "--env-kwargs must be a JSON object"),
+        (["--predictor-kwargs", "[1]"], "--predictor-kwargs must be a JSON object"),
+        (["--preset", "mat"], "(did you mean 'math'?)"),
+        (["--policies", "tarce"], "unknown allocator 'tarce' (did you mean 'trace'?)"),
+        (["--predictor", "clu"], "unknown predictor 'clu' (did you mean 'clue'?)"),
+    ],
+)
+def test_bench_alloc_bad_values_name_their_flag(capsys, args, match):
+    assert match in _one_line_error(
+        capsys, ["bench", "alloc", "--steps", "1", "--no-progress", *args]
+    )
+
+
+def test_unknown_env_id_gets_a_close_match(capsys, tmp_path):
+    err = _one_line_error(
+        capsys, ["rollout", "--env", "trace/Mth-v0", "--out", str(tmp_path / "t.jsonl")]
+    )
+    assert "(did you mean 'trace/Math-v0'" in err
+
+
+@pytest.mark.parametrize(
+    ("argv", "match"),
+    [(["trian"], "(did you mean 'train'?)"), (["bench", "aloc"], "(did you mean 'alloc'?)")],
+)
+def test_unknown_command_and_benchmark_get_a_close_match(capsys, argv, match):
+    assert match in _one_line_error(capsys, argv)

@@ -45,7 +45,7 @@ def test_search_then_answer_episode_with_reward_and_trace(env):
     env.reset(options={"task": 0})
     task = base.current_task
     obs, r, term, trunc, info = env.step(f"<search>{task.supporting_titles[0]}</search>")
-    assert obs.startswith("\n\n<information>Doc 1(Title: ") and not term and r == 0.0
+    assert obs.startswith("<information>Doc 1(Title: ") and not term and r == 0.0
     assert info["action"] == "search" and len(info["retrieved"]) == 3
     obs, r, term, trunc, info = env.step(f"<answer>{task.answer.upper()}.</answer>")
     assert term and not trunc and r == 1.0 and info["em"] == 1.0 and info["f1"] == 1.0
@@ -55,6 +55,16 @@ def test_search_then_answer_episode_with_reward_and_trace(env):
     env.reset(options={"task": 0})
     _, r, term, _, info = env.step("<answer>definitely wrong</answer>")
     assert term and r == 0.0 and info["em"] == 0.0
+
+
+def test_observations_have_no_surrounding_blank_lines(env):
+    obs, _ = env.reset(options={"task": 0})
+    seen = [obs]
+    for action in ("<search>town</search>", "no tags at all", "<search></search>"):
+        obs, *_ = env.step(action)
+        seen.append(obs)
+    assert seen[0] == seen[0].lstrip()  # the prompt (Search-R1's template ends in a newline)
+    assert all(o and o == o.strip() for o in seen[1:]), [o[:40] for o in seen]
 
 
 @pytest.mark.parametrize(

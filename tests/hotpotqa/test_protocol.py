@@ -59,7 +59,7 @@ def test_information_block_follows_search_r1_and_round_trips():
     obs = format_information(hits)
     assert (
         obs
-        == "\n\n<information>Doc 1(Title: Alpha Town) Alpha is a town.\nDoc 2(Title: Beta) Beta text.</information>\n\n"
+        == "<information>Doc 1(Title: Alpha Town) Alpha is a town.\nDoc 2(Title: Beta) Beta text.</information>"
     )
     assert parse_documents([obs]) == {"Alpha Town": "Alpha is a town.", "Beta": "Beta text."}
     assert "No results." in format_information([])

@@ -91,3 +91,18 @@ def test_loader_rejects_bad_records(tmp_path):
     path.write_text(json.dumps([{"question": "q", "answer": "1"}]))
     with pytest.raises(ConfigError, match="problem"):
         load_dataset(path)
+
+
+def test_a_file_that_is_not_json_names_itself(tmp_path):
+    import gymnasium as gym
+
+    from trace_gym.errors import ConfigError
+
+    path = tmp_path / "set.toml"
+    path.write_text('[[task]]\nproblem = "1+1"\nanswer = "2"\n')
+    with pytest.raises(ConfigError, match=r"math dataset '.*set\.toml' is not JSON, JSONL"):
+        gym.make("trace/Math-v0", dataset=str(path))
+    path = tmp_path / "set.jsonl"
+    path.write_text('{"problem": "1+1", "answer": "2"}\n{"problem": oops}\n')
+    with pytest.raises(ConfigError, match=r"set\.jsonl' is not JSON.*line 2, column 13"):
+        load_dataset(path)

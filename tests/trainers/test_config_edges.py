@@ -79,3 +79,39 @@ def test_good_values_still_load():
     cfg = load_config(PRESET, {"optim.lr": 1, "steps": 0, "rollout.env_id": "trace/Sim-v0"})
     assert cfg.optim.lr == 1 and cfg.steps == 0 and math.isfinite(cfg.optim.betas[0])
     assert TrainConfig().rollout.env_id == "trace/Sim-v0"  # the defaults pass their own checks
+
+
+@pytest.mark.parametrize(
+    ("body", "match"),
+    [  # a typo inside a kwargs table: found by --check, not after the first rollouts
+        (
+            '[rollout]\nenv_id = "trace/Math-v0"\n[rollout.env_kwargs]\ndatset = "x"\n',
+            "rollout.env_kwargs: MathEnv takes no option 'datset' (did you mean 'dataset'?)",
+        ),
+        (
+            '[rollout]\nenv_id = "trace/HotpotQA-v0"\n[rollout.env_kwargs]\nretreiver = "x"\n',
+            "HotpotQAEnv takes no option 'retreiver' (did you mean 'retriever'",
+        ),
+        (
+            "[rollout.allocator_kwargs]\npool_factr = 2\n",
+            "rollout.allocator_kwargs option(s) ['pool_factr'] are not known to any policy",
+        ),
+        (
+            '[rollout]\npredictor = "clue"\n[rollout.predictor_kwargs]\nlrr = 1\n',
+            "rollout.predictor_kwargs: CluePredictor takes no option 'lrr'",
+        ),
+        ("[policy.tiny]\nhiden = 8\n", "policy.tiny: TinyConfig takes no option 'hiden'"),
+    ],
+)
+def test_kwargs_typos_fail_the_check_with_one_line(tmp_path, capsys, body, match):
+    path = tmp_path / "c.toml"
+    path.write_text("steps = 1\n" + body)
+    assert match in _check(capsys, path)
+    with pytest.raises(ConfigError, match="takes no option|not known to any policy"):
+        load_config(path)  # the trainer's start-up reads the same config
+
+
+def test_an_unknown_config_key_gets_a_close_match(tmp_path, capsys):
+    path = tmp_path / "c.toml"
+    path.write_text("stpes = 1\n")
+    assert "unknown key(s) ['stpes'] in [config] (did you mean 'steps'?)" in _check(capsys, path)

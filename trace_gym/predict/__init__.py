@@ -15,7 +15,8 @@
 Predictors are registered like envs, by ``"module:Class"`` entry points, so nothing is
 imported until one is built: the core never imports the LM critic's package, and this
 package never imports the simulator (which imports it).
-`make_predictor(name, **kwargs)` builds one from a registered name or an entry-point
+`make_predictor(name, **kwargs)` builds one from a registered name, an entry point an
+installed package declares in the ``trace_gym.predictors`` group, or a "module:Class"
 string; `register_predictor` adds a name. Every predictor has ``state_dict()`` /
 ``load_state_dict()`` (what a training checkpoint saves). `training_batch` turns
 finished trees into an update batch; `quality_by_depth` reports Spearman and squared
@@ -24,11 +25,11 @@ error per depth.
 
 from __future__ import annotations
 
-import importlib
 from typing import Any
 
 from trace_gym.compat import moved_names
 from trace_gym.errors import ConfigError, unknown
+from trace_gym.plugins import installed, is_entry_point, load
 from trace_gym.predict.base import Predictor, State, serialize, states_from_tree
 from trace_gym.predict.bayes import BayesPredictor
 from trace_gym.predict.clue import CluePredictor
@@ -44,6 +45,7 @@ from trace_gym.predict.training import (
 )
 
 __all__ = [
+    "ENTRY_POINT_GROUP",
     "PREDICTORS",
     "BayesPredictor",
     "CluePredictor",
@@ -77,6 +79,9 @@ PREDICTORS: dict[str, str] = {
     "noisy": "trace_gym.sim.oracle:NoisyOraclePredictor",
 }
 
+#: the entry-point group an installed package declares its predictors in
+ENTRY_POINT_GROUP = "trace_gym.predictors"
+
 #: OraclePredictor and NoisyOraclePredictor moved to trace_gym.sim.oracle (a warning alias)
 __getattr__ = moved_names(__name__)
 
@@ -89,24 +94,24 @@ def register_predictor(name: str, entry_point: str) -> None:
 
 
 def predictor_entry_point(name: str) -> str:
-    """The "module:Class" string `name` stands for: a registered name, or an entry point itself.
+    """The "module:Class" string `name` stands for: a registered name, an installed entry
+    point of the ``trace_gym.predictors`` group, or an entry-point string itself.
 
-    Nothing is imported; unknown names raise `UnknownNameError` listing the registered ones.
+    Nothing is imported; unknown names raise `UnknownNameError` listing the known ones.
     """
     if name in PREDICTORS:
         return PREDICTORS[name]
-    if name.count(":") == 1 and all(name.split(":")):
+    found = installed(ENTRY_POINT_GROUP)
+    if name in found:
+        return found[name]
+    if is_entry_point(name):
         return name
-    raise unknown("predictor", name, PREDICTORS)
+    raise unknown("predictor", name, [*PREDICTORS, *found])
 
 
 def predictor_class(name: str) -> type:
     """The predictor class of a registered name or a "module:Class" string (imports it)."""
-    module, attr = predictor_entry_point(name).split(":")
-    try:
-        return getattr(importlib.import_module(module), attr)
-    except AttributeError as e:
-        raise ConfigError(f"predictor entry point {name!r}: module {module} has no {attr!r}") from e
+    return load(predictor_entry_point(name), "predictor")
 
 
 def make_predictor(name: str, **kwargs: Any) -> Predictor:
