@@ -26,7 +26,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from trace_gym.cli import Parser
+from trace_gym.cli import Parser, parse_env_kwargs
 from trace_gym.errors import ConfigError
 from trace_gym.policy import Conversation
 from trace_gym.tree import Turn
@@ -232,19 +232,6 @@ def add_common_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--max-batch", dest="max_batch", type=int, default=64)
     p.add_argument("--no-progress", action="store_true")
-
-
-def parse_env_kwargs(text: str) -> dict[str, Any]:
-    """``--env-kwargs`` as a dict, or a one-line `ConfigError` saying what a valid one is."""
-    try:
-        kwargs = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise ConfigError(
-            f"--env-kwargs must be a JSON object, e.g. '{{\"seed\": 1}}' ({e.msg})"
-        ) from e
-    if not isinstance(kwargs, dict):
-        raise ConfigError(f"--env-kwargs must be a JSON object, got {text!r}")
-    return kwargs
 
 
 def env_factory_from(args: argparse.Namespace) -> Callable[[], Any]:

@@ -18,11 +18,12 @@ import argparse
 import contextlib
 import contextvars
 import importlib
+import json
 import sys
 from collections.abc import Callable, Iterator, Mapping
-from typing import NoReturn
+from typing import Any, NoReturn
 
-from trace_gym.errors import TraceGymError, UsageError
+from trace_gym.errors import ConfigError, TraceGymError, UsageError
 
 __all__ = [
     "BENCHMARKS",
@@ -33,6 +34,7 @@ __all__ = [
     "envs_main",
     "help_table",
     "main",
+    "parse_env_kwargs",
     "run_command",
 ]
 
@@ -48,6 +50,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "serve-retriever": (
         "trace_gym.envs.hotpotqa.server:main",
         "serve an index over HTTP (Search-R1 /retrieve)",
+    ),
+    "serve-openenv": (
+        "trace_gym.envs.openenv.cli:main",
+        "serve a trace env as an OpenEnv environment (WebSocket /ws, checkpoint calls)",
     ),
     "data": (
         "trace_gym.envs.hotpotqa.datacli:main",
@@ -199,6 +205,19 @@ class Parser(argparse.ArgumentParser):
         if _IN_COMMAND.get():
             raise UsageError(f"{message} (see {self.prog} --help)")
         super().error(message)
+
+
+def parse_env_kwargs(text: str) -> dict[str, Any]:
+    """``--env-kwargs`` as a dict, or a one-line `ConfigError` saying what a valid one is."""
+    try:
+        kwargs = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ConfigError(
+            f"--env-kwargs must be a JSON object, e.g. '{{\"seed\": 1}}' ({e.msg})"
+        ) from e
+    if not isinstance(kwargs, dict):
+        raise ConfigError(f"--env-kwargs must be a JSON object, got {text!r}")
+    return kwargs
 
 
 @contextlib.contextmanager
