@@ -114,6 +114,10 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
         "trace_gym.bench.wrap_restore:main",
         "trace_gym.wrap restore (replay, deepcopy) vs a native checkpoint",
     ),
+    "openenv-restore": (
+        "trace_gym.envs.openenv.bench:main",
+        "an env served over OpenEnv, wrapped back: restore by server handle vs replay",
+    ),
     "fuzz": (
         "trace_gym.bench.fuzz:main",
         "hostile actions into every env: exceptions and step times",

@@ -46,6 +46,8 @@ from openenv.core import (  # noqa: E402
 from trace_gym.envs.openenv.client import TraceEnvClient, checkpoint  # noqa: E402
 from trace_gym.envs.openenv.server import TraceAction, make_app  # noqa: E402
 
+pytestmark = pytest.mark.openenv
+
 COUNTDOWN = "trace/OpenEnvCountdown-v0"
 PLAIN = "trace/OpenEnvPlainText-v0"
 
