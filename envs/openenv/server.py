@@ -155,11 +155,9 @@ class TraceOpenEnv(Environment):
 
     @property
     def state(self) -> TraceState:
-        base = self.base
-        task_index = getattr(base, "_task_index", None)
         return TraceState(
             env_id=self.env_id,
-            task_id=self.last.task_id if task_index is not None else None,
+            task_id=self.last.task_id,
             turn=self.last.turn,
             step_count=self.last.turn,
             done=self.last.done,

@@ -8,6 +8,7 @@ checkpoint / restore / release); an OpenEnv env (a trace-gym server, and a plain
 
 from __future__ import annotations
 
+import contextlib
 import re
 import socket
 import subprocess
@@ -195,6 +196,19 @@ def test_an_env_that_cannot_checkpoint_refuses_explicitly(trace_url, plain_url):
         with pytest.raises(CheckpointRefused, match="not a TraceEnv"):
             checkpoint(env)
         assert env.step("hi").observation.text == "you said hi"  # the session goes on
+
+
+def test_a_served_math_env_restores_its_interpreter_over_the_wire():
+    with contextlib.ExitStack() as stack:
+        url = stack.enter_context(contextlib.contextmanager(_serve)(make_app("trace/Math-v0")))
+        env = stack.enter_context(TraceEnvClient(base_url=url).sync())
+        env.reset(seed=0, task=0)
+        assert "42" in env.step("<python>x = 21\nprint(x * 2)</python>").observation.text
+        ckpt = checkpoint(env)
+        ahead = env.step("<python>x += 1\nprint(x)</python>").observation.text
+        ckpt.restore()  # the interpreter is back at x = 21
+        assert env.step("<python>x += 1\nprint(x)</python>").observation.text == ahead
+        assert "22" in ahead
 
 
 # ---------------------------------------------------------------------- wrapping OpenEnv envs
