@@ -2,7 +2,9 @@
 
 - `TraceEnvClient`: an OpenEnv `EnvClient` for ``trace-gym serve-openenv`` (what a
   TRL-style trainer holds), plus `checkpoint(client)` -> `RemoteCheckpoint` with
-  ``restore()`` and ``release()``.
+  ``restore()`` and ``release()``;
+- `TraceToolEnvironment`: that client in the shape of TRL ``GRPOTrainer``'s
+  ``environment_factory`` (``reset() -> str``, one tool ``act(message)``, ``get_reward()``).
 - `OpenEnvTextEnv`: any OpenEnv server as the gym-style text env `trace_gym.wrap`
   wraps (``gym.make("trace/Wrapped-v0", env="openenv:http://127.0.0.1:8000")``):
   reset(seed) / step(str), and ``checkpoint()`` where the server offers the calls
@@ -30,7 +32,13 @@ from trace_gym.envs.openenv.server import (  # noqa: E402
     TraceState,
 )
 
-__all__ = ["OpenEnvTextEnv", "RemoteCheckpoint", "TraceEnvClient", "checkpoint"]
+__all__ = [
+    "OpenEnvTextEnv",
+    "RemoteCheckpoint",
+    "TraceEnvClient",
+    "TraceToolEnvironment",
+    "checkpoint",
+]
 
 
 class TraceEnvClient(EnvClient[TraceAction, TraceObservation, TraceState]):
@@ -101,6 +109,40 @@ def checkpoint(client: Any, owner: Any = None) -> RemoteCheckpoint:
     obs = result.observation
     handle = obs.handle if isinstance(obs, TraceObservation) else obs.get("handle")
     return RemoteCheckpoint(client, str(handle), result, owner if owner is not None else client)
+
+
+class TraceToolEnvironment:
+    """A served trace env as TRL's ``environment_factory`` expects one (one per rollout).
+
+    ``GRPOTrainer(environment_factory=lambda: TraceToolEnvironment(url), ...)``: TRL calls
+    `reset` (its text joins the prompt), exposes the public methods as tools (here `act`)
+    and scores the rollout with `get_reward`. ``reset`` kwargs (``seed``, ``task``) go to
+    the server.
+    """
+
+    def __init__(self, base_url: str):
+        self.client = TraceEnvClient(base_url=base_url).sync()
+        self.reward = 0.0
+        self.done = False
+
+    def reset(self, **kwargs: Any) -> str:
+        self.reward, self.done = 0.0, False
+        return self.client.reset(**kwargs).observation.text
+
+    def act(self, message: str) -> str:
+        """Send one message to the environment and read what it answers.
+
+        Args:
+            message: the assistant's message (code to run, a tool call or the final answer)
+        """
+        if self.done:
+            return "The episode has ended; no further messages are read."
+        result = self.client.step(message)
+        self.reward, self.done = float(result.reward or 0.0), bool(result.done)
+        return result.observation.text
+
+    def get_reward(self) -> float:
+        return self.reward
 
 
 # ---------------------------------------------------------------------- the wrap side

@@ -9,6 +9,7 @@ checkpoint / restore / release); an OpenEnv env (a trace-gym server, and a plain
 from __future__ import annotations
 
 import contextlib
+import inspect
 import re
 import socket
 import subprocess
@@ -44,7 +45,7 @@ from openenv.core import (  # noqa: E402
     State,
     create_fastapi_app,
 )
-from trace_gym.envs.openenv.client import TraceEnvClient, checkpoint  # noqa: E402
+from trace_gym.envs.openenv.client import TraceEnvClient, TraceToolEnvironment, checkpoint  # noqa: E402
 from trace_gym.envs.openenv.server import TraceAction, make_app  # noqa: E402
 
 pytestmark = pytest.mark.openenv
@@ -185,6 +186,20 @@ def test_typed_client_checkpoint_handle_restores_and_reset_lets_go(trace_url):
         for handle in (ckpt, other):
             with pytest.raises(CheckpointError, match="unknown checkpoint handle"):
                 handle.restore()
+
+
+def test_the_trl_environment_shape_plays_a_served_env(trace_url):
+    env = TraceToolEnvironment(trace_url)  # what GRPOTrainer's environment_factory returns
+    tools = [n for n, _ in inspect.getmembers(type(env), inspect.isfunction) if n[0] != "_"]
+    assert sorted(tools) == ["act", "get_reward", "reset"]  # TRL: reset, get_reward, tools
+    # a TRL tool: typed arguments, each described under "Args:" (transformers' schema rules)
+    assert inspect.get_annotations(TraceToolEnvironment.act) == {"message": "str", "return": "str"}
+    assert re.search(r"Args:\n\s+message: \S", TraceToolEnvironment.act.__doc__ or "")
+    assert env.reset(seed=0, task="count-0").startswith("Reach 3")
+    assert env.act("add 3").startswith("total=3") and env.get_reward() == 0.0
+    assert env.act("answer 3") and env.get_reward() == 1.0
+    assert "ended" in env.act("add 1")  # a message after the end is answered, not raised
+    env.client.close()
 
 
 def test_an_env_that_cannot_checkpoint_refuses_explicitly(trace_url, plain_url):
