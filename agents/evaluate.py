@@ -26,7 +26,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from trace_gym.cli import Parser
+from trace_gym.cli import Parser, parse_env_kwargs
 from trace_gym.errors import ConfigError
 from trace_gym.policy import Conversation
 from trace_gym.tree import Turn
@@ -232,13 +232,6 @@ def add_common_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--max-batch", dest="max_batch", type=int, default=64)
     p.add_argument("--no-progress", action="store_true")
-
-
-def parse_env_kwargs(text: str) -> dict[str, Any]:
-    """``--env-kwargs`` as a dict, or a one-line `ConfigError` that names the flag."""
-    from trace_gym.cli import json_object
-
-    return json_object("--env-kwargs", text)
 
 
 def env_factory_from(args: argparse.Namespace) -> Callable[[], Any]:

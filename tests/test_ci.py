@@ -112,6 +112,18 @@ def test_ci_runs_the_verl_tests_in_their_own_fresh_venv_where_they_cannot_skip()
     assert "verl" not in all_line
 
 
+def test_ci_runs_the_openenv_tests_in_their_own_fresh_venv_where_they_cannot_skip():
+    run = (ROOT / ".ci" / "run").read_text()
+    assert 'rm -rf "$OPENENV_VENV"' in run
+    assert 'scripts/setup_openenv_venv.sh "$OPENENV_VENV"' in run
+    step = next(ln for ln in run.splitlines() if "-m openenv" in ln)
+    assert "TRACE_GYM_REQUIRE=openenv" in step and '"$OPENENV_VENV/bin/python" -m pytest' in step
+    # openenv stays out of `all`: its gradio pins pillow<13, below the stack's pillow 13
+    text = (ROOT / "pyproject.toml").read_text()
+    all_line = next(ln for ln in text.splitlines() if ln.startswith("all = "))
+    assert "openenv" not in all_line
+
+
 def test_make_lint_runs_ruff_format_and_mypy_on_the_configured_modules():
     makefile = (ROOT / "Makefile").read_text()
     lint = makefile.split("\nlint:", 1)[1].split("\n\n", 1)[0]

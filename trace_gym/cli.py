@@ -36,6 +36,7 @@ __all__ = [
     "help_table",
     "json_object",
     "main",
+    "parse_env_kwargs",
     "run_command",
 ]
 
@@ -51,6 +52,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "serve-retriever": (
         "trace_gym.envs.hotpotqa.server:main",
         "serve an index over HTTP (Search-R1 /retrieve)",
+    ),
+    "serve-openenv": (
+        "trace_gym.envs.openenv.cli:main",
+        "serve a trace env as an OpenEnv environment (WebSocket /ws, checkpoint calls)",
     ),
     "data": (
         "trace_gym.envs.hotpotqa.datacli:main",
@@ -110,6 +115,10 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
     "wrap-restore": (
         "trace_gym.bench.wrap_restore:main",
         "trace_gym.wrap restore (replay, deepcopy) vs a native checkpoint",
+    ),
+    "openenv-restore": (
+        "trace_gym.envs.openenv.bench:main",
+        "an env served over OpenEnv, wrapped back: restore by server handle vs replay",
     ),
     "fuzz": (
         "trace_gym.bench.fuzz:main",
@@ -223,6 +232,11 @@ class Parser(argparse.ArgumentParser):
         if _IN_COMMAND.get():
             raise UsageError(f"{message} (see {self.prog} --help)")
         super().error(message)
+
+
+def parse_env_kwargs(text: str) -> dict[str, Any]:
+    """``--env-kwargs`` as a dict, or a one-line `ConfigError` that names the flag."""
+    return json_object("--env-kwargs", text)
 
 
 @contextlib.contextmanager

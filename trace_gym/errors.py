@@ -46,6 +46,14 @@ class CheckpointError(TraceGymError):
     """A checkpoint cannot be restored into this env: foreign (other env id, class or task set) or stale."""
 
 
+class CheckpointRefused(CheckpointError):
+    """An env that cannot checkpoint (or a remote one that does not offer the calls) said so.
+
+    Raised by the checkpointable-environment calls (`checkpoint()` on an OpenEnv server
+    served by ``trace-gym serve-openenv``, or on its client) instead of silently resetting;
+    callers that can replay fall back to replay."""
+
+
 class CheckpointContractError(TraceGymError, AssertionError):
     """An env broke the restore contract (`trace_gym.checker.check_checkpoint`); the
     message says where. An AssertionError too: it is a failed check."""

