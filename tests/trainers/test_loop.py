@@ -366,28 +366,31 @@ def _flip_byte(path):
     ("damage", "why"),
     [
         (
-            lambda run: _truncate(run / "checkpoints" / "step_000002" / "trainer.pt"),
-            "trainer.pt does not match its checksum",
+            lambda run: _truncate(run / "checkpoints" / "step_000002" / "trainer.safetensors"),
+            "trainer.safetensors does not match its checksum",
         ),
         (
-            lambda run: _truncate(run / "checkpoints" / "step_000002" / "state.pkl"),
-            "state.pkl does not match its checksum",
+            lambda run: _truncate(run / "checkpoints" / "step_000002" / "state.json"),
+            "state.json does not match its checksum",
         ),
         (
-            lambda run: _flip_byte(run / "checkpoints" / "step_000002" / "trainer.pt"),
-            "trainer.pt does not match its checksum",
+            lambda run: _flip_byte(run / "checkpoints" / "step_000002" / "trainer.safetensors"),
+            "trainer.safetensors does not match its checksum",
         ),
-        (lambda run: (run / "checkpoints" / "step_000002" / "state.pkl").unlink(), "unreadable"),
+        (
+            lambda run: (run / "checkpoints" / "step_000002" / "state.json").unlink(),
+            "state.json is missing",
+        ),
         (
             lambda run: __import__("shutil").rmtree(run / "checkpoints" / "step_000002"),
             "names 'step_000002', which is missing",
         ),
     ],
     ids=[
-        "trainer.pt-cut",
-        "state.pkl-cut",
-        "trainer.pt-bitflip",
-        "state.pkl-gone",
+        "trainer-cut",
+        "state-cut",
+        "trainer-bitflip",
+        "state-gone",
         "latest-missing",
     ],
 )
@@ -423,7 +426,7 @@ def test_no_valid_checkpoint_is_a_config_error(
     tmp_path, two_checkpoints, policy_factory, guess_env_factory
 ):
     def damage_all(run):
-        for p in (run / "checkpoints").glob("step_*/trainer.pt"):
+        for p in (run / "checkpoints").glob("step_*/trainer.safetensors"):
             _truncate(p)
 
     tr = _resume_copy(tmp_path, two_checkpoints, policy_factory, guess_env_factory, damage_all)
