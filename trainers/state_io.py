@@ -159,12 +159,12 @@ def load_state(folder: Path, stem: str) -> Any:
 
 # ---------------------------------------------------------------------- pickles of old runs
 def legacy_refused(path: Path, names: list[str]) -> ConfigError:
-    """The error for a checkpoint in the old pickle format, saying why and how to go on."""
+    """The error for a checkpoint holding pickles (the old format), saying why and how to go on."""
     return ConfigError(
-        f"checkpoint {path} is in the old pickle format ({', '.join(names)}): loading it runs "
-        "any code its author put in it, and its checksums.json proves nothing about who that "
-        "was; resume from it only if you made it, with --trust-checkpoint (trust_checkpoint = "
-        "true), or start over with --overwrite"
+        f"checkpoint {path} holds pickles ({', '.join(names)}; the format before "
+        "safetensors + JSON): loading them runs any code their author put in them, and its "
+        "checksums.json proves nothing about who that was; resume from it only if you made "
+        "it, with --trust-checkpoint (trust_checkpoint = true), or start over with --overwrite"
     )
 
 
