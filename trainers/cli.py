@@ -124,6 +124,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.check:
         print(json.dumps(cfg.to_dict(), indent=1))
         return 0
+    return _train(cfg, sys.argv[1:] if argv is None else argv)
+
+
+def _train(cfg, argv: list[str]) -> int:
+    """Run `cfg`; print the last step's summary, or what a Ctrl-C kept (exit 130)."""
     from trace_gym.trainers.sharding import make_trainer
 
     # sharded (FSDP2) when torchrun started this process, see docs/distributed.md
@@ -136,7 +141,6 @@ def main(argv: list[str] | None = None) -> int:
     if getattr(getattr(trainer, "dist", None), "rank", 0) != 0:
         return 130 if trainer.interrupted else 0
     if trainer.interrupted is not None:
-        argv = sys.argv[1:] if argv is None else argv
         print(interrupted_message(trainer.interrupted, argv), file=sys.stderr)
         return 130
     if history:
