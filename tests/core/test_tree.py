@@ -245,7 +245,7 @@ def _edited(**node_changes) -> dict:
         (_edited(reward="1"), "node 3: 'reward' must be a finite number or null, got '1'"),
         (_edited(reward=float("nan")), "node 3: 'reward' must be a finite number or null, got nan"),
         (_edited(reward=float("inf")), "node 3: 'reward' must be a finite number or null, got inf"),
-        (_edited(at=2, children=[3, 3]), "node 2 lists child 3 more than once"),
+        (_edited(at=2, children=[3, 4, 3]), "node 2 lists child 3 more than once"),
         (_edited(depth="0"), "node 3: 'depth' must be an integer"),
         (_edited(id=True), "node 3: 'id' must be an integer"),
         (
