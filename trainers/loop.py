@@ -529,7 +529,7 @@ class Trainer:
             t = time.perf_counter()
             path = self.save()
             m["time_checkpoint_s"] = time.perf_counter() - t
-            if stopping:
+            if stopping and self.step < cfg.steps:  # at the last step there is nothing to resume
                 self.interrupted = Interrupted(self.step, Path(path))
         self._log(m)
         return m
