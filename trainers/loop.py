@@ -189,6 +189,7 @@ class StopOnSigint:
 
     def __init__(self) -> None:
         self.requested = False
+        self._installed = False
         self._previous: Any = None
 
     def _handle(self, signum: int, frame: Any) -> None:
@@ -201,11 +202,14 @@ class StopOnSigint:
     def __enter__(self) -> StopOnSigint:
         if threading.current_thread() is threading.main_thread():
             self._previous = signal.signal(signal.SIGINT, self._handle)
+            self._installed = True
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        if self._previous is not None:
-            signal.signal(signal.SIGINT, self._previous)
+        if self._installed:  # None: a handler not set from Python; the default stands in
+            signal.signal(
+                signal.SIGINT, signal.SIG_DFL if self._previous is None else self._previous
+            )
 
 
 def step_metrics(

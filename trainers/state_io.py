@@ -115,7 +115,7 @@ def _decode_tagged(obj: dict[str, Any], tensors: dict[str, Any]) -> Any:
         if cls is None:
             raise ValueError(f"unknown dataclass {obj['__dataclass__']!r} in a saved state")
         return cls(**{k: decode(v, tensors) for k, v in obj["fields"].items()})
-    return None
+    raise ValueError(f"unknown tag in a saved state: {sorted(obj)[:3]}")
 
 
 def _hashable(key: Any) -> Any:
