@@ -67,6 +67,7 @@ def lm_train_config(cfg: LearnConfig, arm: str, seed: int, out_dir: str) -> Any:
             "seed": seed,
             "out_dir": out_dir,
             "resume": False,
+            "overwrite": True,  # each (arm, seed) starts fresh, also when the bench is rerun
             "save_every": 0,
             "eval_every": 0,
             "tensorboard": False,

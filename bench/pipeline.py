@@ -113,6 +113,7 @@ def method_config(
             "seed": seed,
             "out_dir": out_dir,
             "resume": False,
+            "overwrite": True,  # each (method, seed) starts fresh, also when the bench is rerun
             "save_every": 0,
             "eval_every": steps,
             "eval_tasks": num_tasks,

@@ -149,6 +149,11 @@ def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
             ) from e
         if not isinstance(row, dict) or "step" not in row:
             raise ReportError(f"{path}:{lineno}: a metrics row needs a 'step'")
+        if rows and row["step"] <= rows[-1]["step"]:  # two runs appended into one folder
+            raise ReportError(
+                f"{path}:{lineno}: step {row['step']} after step {rows[-1]['step']}; the steps "
+                "must increase (two runs wrote into this folder: rerun with --overwrite)"
+            )
         rows.append(row)
     if not rows:
         raise ReportError(f"{path}: empty (no step finished yet)")

@@ -221,6 +221,7 @@ def write_config(
         **config,
         "out_dir": str(out / "run"),
         "resume": resume,
+        "overwrite": not resume,  # a fresh launch replaces an earlier one in `out`
         "dist": {**config.get("dist", {}), "strategy": "none" if world_size is None else "fsdp"},
     }
     (out / "config.json").write_text(json.dumps(cfg))

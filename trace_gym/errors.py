@@ -59,12 +59,12 @@ class CheckpointContractError(TraceGymError, AssertionError):
     message says where. An AssertionError too: it is a failed check."""
 
 
-class TreeFormatError(TraceGymError, ValueError):
-    """A rollout-tree file is corrupted or written by an unsupported format version."""
-
-
 class TreeError(TraceGymError, ValueError):
     """A rollout tree was built wrongly (a child under a terminal node, a leaf with children)."""
+
+
+class TreeFormatError(TreeError):
+    """A rollout-tree file is corrupted or written by an unsupported format version."""
 
 
 class AllocationError(TraceGymError, ValueError):

@@ -498,6 +498,10 @@ def _is_num(x: Any) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool)
 
 
+def _is_finite(x: Any) -> bool:
+    return _is_num(x) and math.isfinite(x)
+
+
 def _list_of(check):
     return lambda x: isinstance(x, list) and all(check(v) for v in x)
 
@@ -528,7 +532,7 @@ _NODE_SCHEMA = {
     "terminal": (_IS_BOOL, "true or false"),
     "terminated": (_IS_BOOL, "true or false"),
     "truncated": (_IS_BOOL, "true or false"),
-    "reward": (_optional(_is_num), "a number or null"),
+    "reward": (_optional(_is_finite), "a finite number or null"),
     "error": (_optional(_IS_STR), "a string or null"),
     "policy_version": (
         _optional(lambda x: _is_int(x) or isinstance(x, str)),
@@ -545,7 +549,7 @@ _NODE_SCHEMA = {
 _TURN_SCHEMA = {
     "action": (_IS_STR, "a string"),
     "observation": (_IS_STR, "a string"),
-    "reward": (_is_num, "a number"),
+    "reward": (_is_finite, "a finite number"),
     "token_ids": (_optional(_list_of(_is_int)), "a list of integers or null"),
     "logprobs": (_optional(_list_of(_is_num)), "a list of numbers or null"),
     "obs_token_ids": (_optional(_list_of(_is_int)), "a list of integers or null"),
@@ -569,6 +573,9 @@ def _validate(tree: RolloutTree) -> None:
             _check_fields(vars(n.turn), _TURN_SCHEMA, f"{where}, node {i} turn")
         if n.id != i:
             raise TreeFormatError(f"{where}: node {i} has id {n.id}")
+        if len(set(n.children)) != len(n.children):
+            twice = sorted({c for c in n.children if n.children.count(c) > 1})
+            raise TreeFormatError(f"{where}: node {i} lists child {twice[0]} more than once")
         for c in n.children:
             if not i < c < len(tree.nodes):
                 raise TreeFormatError(f"{where}: node {i} lists child {c}, not a node after it")

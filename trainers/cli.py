@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import json
 import logging
+import shlex
 import sys
 
 from trace_gym.cli import Parser
 from trace_gym.errors import ConfigError
 
-__all__ = ["main", "parse_value"]
+__all__ = ["interrupted_message", "main", "parse_value"]
 
 
 def parse_value(text: str):
@@ -45,6 +46,32 @@ def _print_last(last: dict) -> None:
         print(json.dumps(per_env))
 
 
+def interrupted_message(stopped, argv: list[str]) -> str:
+    """One line for a run a Ctrl-C stopped (`trace_gym.trainers.loop.Interrupted`): what
+    was kept and the command that resumes it (this one, without ``--overwrite`` or a
+    ``resume`` override, with ``--set resume=true``)."""
+    args, i = [], 0
+    while i < len(argv):
+        a = argv[i]
+        if a == "--overwrite":
+            i += 1
+            continue
+        if a == "--set" and i + 1 < len(argv) and argv[i + 1].split("=")[0].strip() in _FRESH:
+            i += 2
+            continue
+        args.append(a)
+        i += 1
+    cmd = shlex.join(["trace-gym", "train", *args, "--set", "resume=true"])
+    return (
+        f"trace-gym train: interrupted; kept steps 0-{stopped.step - 1} in {stopped.checkpoint}; "
+        f"resume with: {cmd}"
+    )
+
+
+#: overrides that would make the resume command start over
+_FRESH = ("resume", "overwrite")
+
+
 def main(argv: list[str] | None = None) -> int:
     p = Parser(prog="trace-gym train", description=__doc__)
     p.add_argument(
@@ -59,6 +86,17 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--out-dir", help="shortcut for --set out_dir=...")
     p.add_argument("--check", action="store_true", help="validate the config and exit")
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="start over in an --out-dir that holds an earlier run (deletes its metrics, "
+        "checkpoints, trees, TensorBoard logs)",
+    )
+    p.add_argument(
+        "--trust-checkpoint",
+        action="store_true",
+        help="also resume from an old pickle-format checkpoint (runs its code: only your own)",
+    )
     p.add_argument("-v", "--verbose", action="store_true")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING)
@@ -74,6 +112,10 @@ def main(argv: list[str] | None = None) -> int:
         overrides[k.strip()] = parse_value(v)
     if args.out_dir:
         overrides["out_dir"] = args.out_dir
+    if args.overwrite:
+        overrides["overwrite"] = True
+    if args.trust_checkpoint:
+        overrides["trust_checkpoint"] = True
     try:
         cfg = load_config(args.config, overrides)
     except ConfigError as e:
@@ -82,6 +124,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.check:
         print(json.dumps(cfg.to_dict(), indent=1))
         return 0
+    return _train(cfg, sys.argv[1:] if argv is None else argv)
+
+
+def _train(cfg, argv: list[str]) -> int:
+    """Run `cfg`; print the last step's summary, or what a Ctrl-C kept (exit 130)."""
     from trace_gym.trainers.sharding import make_trainer
 
     # sharded (FSDP2) when torchrun started this process, see docs/distributed.md
@@ -92,7 +139,10 @@ def main(argv: list[str] | None = None) -> int:
         if hasattr(trainer, "close"):
             trainer.close()
     if getattr(getattr(trainer, "dist", None), "rank", 0) != 0:
-        return 0
+        return 130 if trainer.interrupted else 0
+    if trainer.interrupted is not None:
+        print(interrupted_message(trainer.interrupted, argv), file=sys.stderr)
+        return 130
     if history:
         _print_last(history[-1])
     print(f"metrics: {cfg.out_dir}/metrics.jsonl  checkpoints: {cfg.out_dir}/checkpoints")

@@ -493,6 +493,12 @@ class TrainConfig:
     keep_checkpoints: int = 2
     #: continue from the latest checkpoint in out_dir when there is one
     resume: bool = True
+    #: start over in an out_dir that holds an earlier run (its metrics, checkpoints,
+    #: trees and TensorBoard logs are deleted first); without it such a dir is refused
+    overwrite: bool = False
+    #: also load checkpoints of the old pickle format (trainer.pt, state.pkl), which run
+    #: code when loaded: only for checkpoints you made yourself
+    trust_checkpoint: bool = False
     #: evaluate every k steps (0: never) on `eval_tasks` task ids x `eval_samples`
     eval_every: int = 0
     eval_tasks: int = 16

@@ -6,10 +6,19 @@ A checkpoint directory ``out_dir/checkpoints/step_NNNNNN`` holds
   plus ``.metadata``), from ``get_state_dict(model, optimizer)``: keys are parameter
   names (FQNs), so a checkpoint written by W ranks loads on any other number of ranks
   (DCP reshards on load; tested 2 -> 1 and 2 -> 2);
-- ``state.pkl``: rank 0's step, RNG states, predictor ``state_dict()``, visit histories
-  and config (`trace_gym.trainers.checkpoint.training_state`, as in a single-process
-  checkpoint, plus the world size and the step's metrics row);
+- ``state.safetensors`` + ``state.json``: rank 0's step, RNG states, predictor
+  ``state_dict()``, visit histories, config and the step's metrics row
+  (`trace_gym.trainers.checkpoint.training_state`, as in a single-process checkpoint,
+  plus the world size), written without pickle (`trace_gym.trainers.state_io`);
 - ``checksums.json``: the sha256 of every file above.
+
+DCP keeps ``dcp/.metadata`` as a pickle (its ``FileSystemReader`` reads it with
+``pickle.load``; tensors and the optimiser's scalars in ``.distcp`` are read with
+``torch.load(weights_only=True)``). Before DCP loads it, rank 0 reads ``.metadata`` with
+an unpickler that builds only DCP's metadata classes, torch sizes and dtypes
+(`state_io.check_dcp_metadata`) and refuses the checkpoint otherwise, unless
+``trust_checkpoint``. An old checkpoint with ``state.pkl`` loads only with
+``trust_checkpoint``.
 
 Every rank writes its shards into ``.tmp-step_NNNNNN``; after a barrier rank 0 adds the
 state and checksums and moves the directory into place with ``os.replace``, then the
@@ -22,7 +31,6 @@ others which one to load. The output directory must be on a filesystem every ran
 
 from __future__ import annotations
 
-import json
 import pickle
 import shutil
 import warnings
@@ -32,16 +40,27 @@ from typing import Any
 from trace_gym.trainers.checkpoint import (
     CHECKSUMS,
     STATE_FILE,
+    STATE_STEM,
     checkpoint_dirs,
+    is_legacy,
     no_usable_checkpoint,
     publish_checkpoint,
+    restore_metrics_row,
     restore_training_state,
-    sha256_file,
     training_state,
     truncate_metrics,
+    verify_checksums,
     warn_older,
 )
+from trace_gym.trainers.state_io import (
+    check_dcp_metadata,
+    legacy_refused,
+    load_legacy,
+    load_state,
+    save_state,
+)
 
+from trace_gym.errors import ConfigError, TraceGymError
 from trace_gym.optional import require
 
 torch = require("torch", "train")
@@ -56,11 +75,7 @@ def _barrier() -> None:
 
 
 def _state(tr: Any) -> dict[str, Any]:
-    return {
-        **training_state(tr),
-        "world_size": tr.dist.world_size,
-        "metrics": getattr(tr, "last_metrics", None),
-    }
+    return {**training_state(tr), "world_size": tr.dist.world_size}
 
 
 def _files(path: Path) -> list[str]:
@@ -87,37 +102,45 @@ def save_sharded(tr: Any) -> Path:
     save({"model": model_sd, "optim": optim_sd}, checkpoint_id=str(tmp / DCP_DIR))
     _barrier()
     if tr.dist.is_main:
-        with open(tmp / STATE_FILE, "wb") as f:
-            pickle.dump(_state(tr), f)
+        save_state(tmp, STATE_STEM, _state(tr))
         publish_checkpoint(tmp, final, _files(tmp), tr.config.keep_checkpoints)
     _barrier()
     return final
 
 
-def check(path: Path) -> str | None:
-    """What is wrong with the sharded checkpoint dir `path` (None: it is complete and intact)."""
+def check(path: Path, trusted: bool = False) -> str | None:
+    """What is wrong with the sharded checkpoint dir `path` (None: it is complete and intact).
+
+    Raises `ConfigError` for one holding pickles that are not DCP's metadata (an old
+    ``state.pkl``, or a ``.metadata`` that would build anything else), unless `trusted`.
+    """
     if (path / "trainer.pt").exists() and not (path / DCP_DIR).exists():
         return "written by a single-process run (trainer.pt); a sharded run resumes from sharded checkpoints only"
-    sums_path = path / CHECKSUMS
-    if not sums_path.exists() or not (path / DCP_DIR / ".metadata").exists():
+    if not (path / CHECKSUMS).exists() or not (path / DCP_DIR / ".metadata").exists():
         return "incomplete (no checksums.json or dcp/.metadata)"
+    legacy = is_legacy(path, STATE_FILE)
+    if legacy and not trusted:
+        raise legacy_refused(path, legacy)
     try:
-        sums = json.loads(sums_path.read_text())
-    except (OSError, json.JSONDecodeError) as e:
+        verify_checksums(path, legacy or [f"{STATE_STEM}.safetensors", STATE_FILE])
+    except TraceGymError as e:
+        return str(e)
+    except (OSError, ValueError) as e:
         return f"unreadable {CHECKSUMS} ({type(e).__name__})"
-    for name, digest in sums.items():
-        if not (path / name).is_file():
-            return f"{name} is missing"
-        if sha256_file(path / name) != digest:
-            return f"{name} does not match its checksum (truncated or changed)"
+    if not trusted:
+        try:
+            check_dcp_metadata(path / DCP_DIR / ".metadata")
+        except (pickle.UnpicklingError, EOFError, AttributeError, ImportError) as e:
+            raise legacy_refused(path, [f"{DCP_DIR}/.metadata ({e})"]) from e
     return None
 
 
 def _pick(tr: Any) -> tuple[Path | None, list[str]]:
     """Rank 0: the newest intact checkpoint and the problems with newer ones (warned about)."""
     candidates, problems = checkpoint_dirs(tr.ckpt_root)
+    trusted = bool(getattr(tr.config, "trust_checkpoint", False))
     for path in candidates:
-        why = check(path)
+        why = check(path, trusted)
         if why is None:
             warn_older(path, problems)
             return path, problems
@@ -131,8 +154,15 @@ def load_sharded(tr: Any) -> bool:
     from torch.distributed.checkpoint import load
     from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
-    box = [_pick(tr) if tr.dist.is_main else None]
+    box: list[Any] = [None]
+    if tr.dist.is_main:
+        try:
+            box = [_pick(tr)]
+        except ConfigError as e:  # every rank raises it, none waits for the others
+            box = [str(e)]
     torch.distributed.broadcast_object_list(box, src=0)
+    if isinstance(box[0], str):
+        raise ConfigError(box[0])
     path, problems = box[0]
     if path is None:
         if problems:
@@ -144,26 +174,20 @@ def load_sharded(tr: Any) -> bool:
     set_state_dict(
         tr.model, tr.optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"]
     )
-    with open(path / STATE_FILE, "rb") as f:
-        _apply_state(tr, path, pickle.load(f))
+    _apply_state(tr, path, _read_state(tr, path))
     tr._sync()
     return True
+
+
+def _read_state(tr: Any, path: Path) -> dict[str, Any]:
+    """The checkpoint's `training_state` (an old ``state.pkl`` only when trusted)."""
+    if is_legacy(path, STATE_FILE):
+        return load_legacy(path / "state.pkl", bool(tr.config.trust_checkpoint))
+    return load_state(path, STATE_STEM)
 
 
 def _apply_state(tr: Any, path: Path, state: dict[str, Any]) -> None:
     restore_training_state(tr, path, state)  # every rank (predictor, histories: rank 0's matter)
     if tr.dist.is_main:
         truncate_metrics(tr.out, tr.step)
-        _restore_row(tr, state.get("metrics"))
-
-
-def _restore_row(tr: Any, row: dict[str, Any] | None) -> None:
-    """Append the checkpoint's last metrics row when the job died after the checkpoint, before the row."""
-    path = tr.out / "metrics.jsonl"
-    if not row or row.get("step") != tr.step - 1:
-        return
-    lines = path.read_text().splitlines() if path.exists() else []
-    if any(json.loads(x).get("step") == row["step"] for x in lines if x.strip()):
-        return
-    with open(path, "a") as f:
-        f.write(json.dumps(row, default=float) + "\n")
+        restore_metrics_row(tr.out, tr.step, state.get("metrics"))

@@ -21,6 +21,10 @@ One step:
 6. metrics to JSONL + the configured loggers (TensorBoard, W&B, MLflow:
    `trace_gym.trainers.loggers`), periodic evaluation, an atomic checkpoint.
 
+A first Ctrl-C (SIGINT) lets the current step finish, writes a checkpoint and stops;
+`Trainer.interrupted` says what was kept (the CLI prints it with the resume command).
+A second Ctrl-C raises ``KeyboardInterrupt`` at once.
+
 The parts a step runs are built from the config by `trace_gym.trainers.builders`
 (re-exported here); checkpoints (``out_dir/checkpoints/step_NNNNNN``: weights,
 optimiser, predictor, visit histories, RNG states, step; written atomically, verified on
@@ -31,6 +35,9 @@ module is the `Trainer`: the step, the update, evaluation and logging.
 from __future__ import annotations
 
 import json
+import logging
+import signal
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -45,7 +52,12 @@ from trace_gym.trainers.builders import apply_lora as apply_lora  # re-exported:
 from trace_gym.trainers.builders import trainable_model as trainable_model
 from trace_gym.trainers.checkpoint import CHECKPOINT_FILES as CHECKPOINT_FILES
 from trace_gym.trainers.checkpoint import CHECKSUMS as CHECKSUMS
-from trace_gym.trainers.checkpoint import load_checkpoint, save_checkpoint
+from trace_gym.trainers.checkpoint import (
+    clear_run,
+    load_checkpoint,
+    refuse_used_run,
+    save_checkpoint,
+)
 from trace_gym.trainers.checkpoint import publish_checkpoint as publish_checkpoint
 from trace_gym.trainers.config import TrainConfig
 from trace_gym.trainers.data import Sample, collate, sample_from_unit
@@ -64,8 +76,11 @@ from trace_gym.tree import RolloutTree, batch_metrics, save_trees
 
 torch = require("torch", "train")
 
+log = logging.getLogger(__name__)
+
 __all__ = [
     "REPORT_METRICS",
+    "Interrupted",
     "Trainer",
     "TrainerParts",
     "build_parts",
@@ -155,6 +170,48 @@ class UpdateStats:
 _UpdateStats = UpdateStats  # the old private name
 
 
+@dataclass(frozen=True)
+class Interrupted:
+    """What a run stopped by Ctrl-C kept."""
+
+    #: the next step to run (steps 0 .. step - 1 are done and checkpointed)
+    step: int
+    #: the checkpoint written for `step`
+    checkpoint: Path
+
+
+class StopOnSigint:
+    """A context in which the first SIGINT only sets `requested` (the loop stops after the
+    step) and restores Python's handler, so a second one raises ``KeyboardInterrupt``.
+
+    Outside the main thread signals cannot be caught: it does nothing there.
+    """
+
+    def __init__(self) -> None:
+        self.requested = False
+        self._installed = False
+        self._previous: Any = None
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        self.requested = True
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        log.warning(
+            "interrupted: finishing this step and writing a checkpoint (Ctrl-C again quits now)"
+        )
+
+    def __enter__(self) -> StopOnSigint:
+        if threading.current_thread() is threading.main_thread():
+            self._previous = signal.signal(signal.SIGINT, self._handle)
+            self._installed = True
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._installed:  # None: a handler not set from Python; the default stands in
+            signal.signal(
+                signal.SIGINT, signal.SIG_DFL if self._previous is None else self._previous
+            )
+
+
 def step_metrics(
     trees: Sequence[RolloutTree],
     report: StepReport,
@@ -225,6 +282,10 @@ class Trainer:
         check_backends(config.logging.active(config.tensorboard))
         self._loggers: list[Any] | None = None  # opened at the first logged step
         self.history: list[dict[str, Any]] = []
+        #: the metrics row of the last finished step (saved in its checkpoint)
+        self.last_metrics: dict[str, Any] | None = None
+        #: set when a Ctrl-C stopped `run` early
+        self.interrupted: Interrupted | None = None
 
     # ------------------------------------------------------------------ data
     def candidates(self, step: int) -> list[str]:
@@ -418,35 +479,68 @@ class Trainer:
         return step_metrics(trees, rep, counts, upd, (t_roll, t_train))
 
     def run(self) -> list[dict[str, Any]]:
-        """Train from the latest checkpoint (or from scratch) to `config.steps`."""
+        """Train from the latest checkpoint (or from scratch) to `config.steps`.
+
+        A first Ctrl-C stops after the current step with a checkpoint (`interrupted`).
+        """
         from tqdm.auto import tqdm
 
         cfg = self.config
-        if cfg.resume:
-            self.load()
+        self._start()
         bar = tqdm(total=cfg.steps, initial=self.step, disable=not cfg.progress, desc="train")
         try:
-            while self.step < cfg.steps:
-                step = self.step
-                m = self.train_step(step)
-                if cfg.eval_every and (step + 1) % cfg.eval_every == 0:
-                    t = time.perf_counter()
-                    m.update({f"eval_{k}": v for k, v in self.evaluate().items()})
-                    m["time_eval_s"] = time.perf_counter() - t
-                self.step = step + 1
-                if (cfg.save_every and self.step % cfg.save_every == 0) or self.step == cfg.steps:
-                    t = time.perf_counter()
-                    self.save()
-                    m["time_checkpoint_s"] = time.perf_counter() - t
-                self._log(m)
-                bar.update(1)
-                bar.set_postfix(reward=f"{m['reward']:.3f}", eff=f"{m['effective_ratio']:.2f}")
+            with StopOnSigint() as stop:
+                while self.step < cfg.steps:
+                    m = self._run_one(stop)
+                    bar.update(1)
+                    bar.set_postfix(reward=f"{m['reward']:.3f}", eff=f"{m['effective_ratio']:.2f}")
+                    if self.interrupted is not None:
+                        break
         finally:
             bar.close()
             for logger in self._loggers or []:
                 logger.close()
             self._loggers = None
         return self.history
+
+    def _start(self) -> None:
+        """Resume, or check that out_dir holds no earlier run (`overwrite` clears it)."""
+        cfg = self.config
+        if cfg.overwrite and getattr(getattr(self, "dist", None), "is_main", True):
+            clear_run(self.out)
+        loaded = self.load() if cfg.resume else False
+        if not loaded and not cfg.overwrite:
+            refuse_used_run(self.out, cfg.resume)
+
+    def _run_one(self, stop: StopOnSigint) -> dict[str, Any]:
+        """Run step `self.step`: train, evaluate, checkpoint (always when `stop` was
+        requested during the step), log."""
+        cfg = self.config
+        step = self.step
+        m = self.train_step(step)
+        if cfg.eval_every and (step + 1) % cfg.eval_every == 0:
+            t = time.perf_counter()
+            m.update({f"eval_{k}": v for k, v in self.evaluate().items()})
+            m["time_eval_s"] = time.perf_counter() - t
+        self.step = step + 1
+        stopping = self._agree_stop(stop.requested)
+        self.last_metrics = m  # in the checkpoint: a resume rewrites a lost or torn row
+        if (
+            stopping
+            or (cfg.save_every and self.step % cfg.save_every == 0)
+            or self.step == cfg.steps
+        ):
+            t = time.perf_counter()
+            path = self.save()
+            m["time_checkpoint_s"] = time.perf_counter() - t
+            if stopping and self.step < cfg.steps:  # at the last step there is nothing to resume
+                self.interrupted = Interrupted(self.step, Path(path))
+        self._log(m)
+        return m
+
+    def _agree_stop(self, requested: bool) -> bool:
+        """Whether to stop after this step (the sharded trainer agrees over its ranks)."""
+        return requested
 
     # ------------------------------------------------------------------ evaluation
     def evaluate(self) -> dict[str, float]:

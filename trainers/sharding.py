@@ -432,6 +432,12 @@ class ShardedTrainer(Trainer):
         gn = torch.nn.utils.clip_grad_norm_(params, max_norm)
         return float(gn.full_tensor() if hasattr(gn, "full_tensor") else gn)
 
+    def _agree_stop(self, requested: bool) -> bool:
+        """Stop when any rank saw Ctrl-C, so every rank writes the same checkpoint."""
+        flag = torch.tensor([1.0 if requested else 0.0], device=self.dist.device)
+        torch.distributed.all_reduce(flag, op=torch.distributed.ReduceOp.MAX)
+        return bool(flag.item() > 0)
+
     # ------------------------------------------------------------------ checkpoints
     def save(self):
         from trace_gym.trainers.dist_ckpt import save_sharded

@@ -67,7 +67,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import pickle
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -439,16 +438,44 @@ def check_grpo_args(args: Any, policy: Any) -> None:
         )
 
 
-#: the runner's state file inside each TRL checkpoint folder (predictor + visit histories)
-RUNNER_STATE_FILE = "trace_runner.pkl"
+#: the runner's state inside each TRL checkpoint folder (predictor + visit histories):
+#: ``trace_runner.safetensors`` + ``trace_runner.json`` (`trace_gym.trainers.state_io`)
+RUNNER_STATE_STEM = "trace_runner"
+RUNNER_STATE_FILE = "trace_runner.json"
+#: what releases before the pickle-free format wrote (loaded only when trusted)
+LEGACY_RUNNER_STATE_FILE = "trace_runner.pkl"
 
 
-def runner_state_callback(rollout: TraceRollout) -> Any:
+def _save_runner_state(folder: Path, blob: dict[str, Any]) -> None:
+    """Write `blob` next to TRL's files; the JSON (which `_load_runner_state` looks for) last."""
+    from trace_gym.trainers.state_io import save_state, state_files
+
+    tmp_stem = RUNNER_STATE_STEM + ".tmp"
+    for tmp, final in zip(
+        save_state(folder, tmp_stem, blob), state_files(RUNNER_STATE_STEM), strict=True
+    ):
+        os.replace(folder / tmp, folder / final)
+
+
+def _load_runner_state(folder: Path, trusted: bool) -> dict[str, Any] | None:
+    """The runner state of a TRL checkpoint folder (None: it has none)."""
+    from trace_gym.trainers.state_io import load_legacy, load_state
+
+    if (folder / RUNNER_STATE_FILE).is_file():
+        return load_state(folder, RUNNER_STATE_STEM)
+    if (folder / LEGACY_RUNNER_STATE_FILE).is_file():
+        return load_legacy(folder / LEGACY_RUNNER_STATE_FILE, trusted)
+    return None
+
+
+def runner_state_callback(rollout: TraceRollout, *, trust_checkpoint: bool = False) -> Any:
     """A `transformers.TrainerCallback` that keeps the runner's state in TRL's checkpoints.
 
     ``on_save`` writes the predictor's ``state_dict()`` and the prompts' visit histories
-    to ``<output_dir>/checkpoint-<step>/trace_runner.pkl``; ``on_train_begin`` of a
-    resumed run (``global_step > 0``) loads them back from the checkpoint of that step.
+    to ``<output_dir>/checkpoint-<step>/trace_runner.{safetensors,json}`` (no pickle);
+    ``on_train_begin`` of a resumed run (``global_step > 0``) loads them back from the
+    checkpoint of that step. An old ``trace_runner.pkl`` is loaded only with
+    `trust_checkpoint` (a `ConfigError` says so otherwise).
     """
     transformers = require("transformers", "train")
 
@@ -461,15 +488,13 @@ def runner_state_callback(rollout: TraceRollout) -> Any:
                     "predictor": None if pred is None else pred.state_dict(),
                     "history": dict(rollout.runner.history),
                 }
-                tmp = folder / (RUNNER_STATE_FILE + ".tmp")
-                tmp.write_bytes(pickle.dumps(blob))
-                os.replace(tmp, folder / RUNNER_STATE_FILE)
+                _save_runner_state(folder, blob)
 
         def on_train_begin(self, args, state, control, **kwargs):
-            path = Path(args.output_dir) / f"checkpoint-{state.global_step}" / RUNNER_STATE_FILE
-            if state.global_step == 0 or not path.is_file():
+            folder = Path(args.output_dir) / f"checkpoint-{state.global_step}"
+            blob = None if state.global_step == 0 else _load_runner_state(folder, trust_checkpoint)
+            if blob is None:
                 return
-            blob = pickle.loads(path.read_bytes())
             if blob["predictor"] is not None and rollout.runner.predictor is not None:
                 rollout.runner.predictor.load_state_dict(blob["predictor"])
             rollout.runner.history.clear()
@@ -477,7 +502,7 @@ def runner_state_callback(rollout: TraceRollout) -> Any:
             log.info(
                 "restored the runner's predictor and %d visit histories from %s",
                 len(blob["history"]),
-                path,
+                folder,
             )
 
     return RunnerStateCallback()
@@ -500,12 +525,14 @@ def make_grpo_trainer(
     task_ids: Sequence[str] | None = None,
     allocator: Any = None,
     predictor: Any = None,
+    trust_checkpoint: bool = False,
     **trainer_kwargs: Any,
 ) -> Any:
     """A TRL `GRPOTrainer` on `policy.model` whose rollouts are TRACE trees.
 
     `args` is a `trl.GRPOConfig` (checked by `check_grpo_args`); `task_ids` default to
-    the env's task pool; other keywords (callbacks, peft_config, ...) go to `GRPOTrainer`.
+    the env's task pool; `trust_checkpoint` lets a resumed run load an old pickled
+    ``trace_runner.pkl``; other keywords (callbacks, peft_config, ...) go to `GRPOTrainer`.
     """
     trl = require("trl", "trl")
     check_grpo_args(args, policy)
@@ -514,7 +541,10 @@ def make_grpo_trainer(
         task_ids = list(unwrap(probe).task_ids)
         probe.close()
     rollout = TraceRollout(policy, env_factory, config, allocator=allocator, predictor=predictor)
-    callbacks = [*(trainer_kwargs.pop("callbacks", None) or []), runner_state_callback(rollout)]
+    callbacks = [
+        *(trainer_kwargs.pop("callbacks", None) or []),
+        runner_state_callback(rollout, trust_checkpoint=trust_checkpoint),
+    ]
     return trl.GRPOTrainer(
         model=policy.model,
         reward_funcs=[trace_advantage],

@@ -144,7 +144,9 @@ def _report(*args):
     )
 
 
-@pytest.mark.parametrize("case", ["missing", "no-metrics", "corrupt", "empty", "bad-trees"])
+@pytest.mark.parametrize(
+    "case", ["missing", "no-metrics", "corrupt", "empty", "bad-trees", "steps-repeat"]
+)
 def test_report_bad_run_dirs_give_one_line_and_exit_2(tmp_path, case):
     run = tmp_path / "run"
     if case != "missing":
@@ -157,10 +159,14 @@ def test_report_bad_run_dirs_give_one_line_and_exit_2(tmp_path, case):
         (run / "metrics.jsonl").write_text('{"step": 0}\n')
         (run / "trees").mkdir()
         (run / "trees" / "step_000000.jsonl").write_text("")
+    if case == "steps-repeat":  # two runs appended into one folder (issue 27.4)
+        (run / "metrics.jsonl").write_text("".join(f'{{"step": {s}}}\n' for s in (0, 1, 2, 0, 1)))
     res = _report(str(run))
     assert res.returncode == 2
     lines = res.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("trace-gym report: "), res.stderr
+    if case == "steps-repeat":
+        assert "metrics.jsonl:4: step 0 after step 2" in lines[0], lines[0]
 
 
 def _figure(rows, name):

@@ -242,7 +242,10 @@ def _edited(**node_changes) -> dict:
     [
         ({**build_tree().to_dict(), "nodes": []}, "'nodes' is empty"),
         (_edited(at=2, children=[3, 999]), "node 2 lists child 999"),
-        (_edited(reward="1"), "node 3: 'reward' must be a number or null, got '1'"),
+        (_edited(reward="1"), "node 3: 'reward' must be a finite number or null, got '1'"),
+        (_edited(reward=float("nan")), "node 3: 'reward' must be a finite number or null, got nan"),
+        (_edited(reward=float("inf")), "node 3: 'reward' must be a finite number or null, got inf"),
+        (_edited(at=2, children=[3, 4, 3]), "node 2 lists child 3 more than once"),
         (_edited(depth="0"), "node 3: 'depth' must be an integer"),
         (_edited(id=True), "node 3: 'id' must be an integer"),
         (
@@ -257,6 +260,9 @@ def _edited(**node_changes) -> dict:
         "no-nodes",
         "child-999",
         "reward-str",
+        "reward-nan",
+        "reward-inf",
+        "child-twice",
         "depth-str",
         "id-bool",
         "token-str",
@@ -271,6 +277,7 @@ def test_bad_fields_are_refused_on_load_with_file_and_line(tmp_path, d, match):
     with pytest.raises(TreeFormatError, match=match) as e:
         load_trees(path)
     assert str(e.value).startswith(f"{path}:2: ")
+    assert isinstance(e.value, TreeError)  # a bad tree, whether built or loaded
 
 
 def test_deep_json_is_a_format_error(tmp_path):

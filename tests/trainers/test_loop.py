@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 
 import pytest
 
@@ -366,28 +368,31 @@ def _flip_byte(path):
     ("damage", "why"),
     [
         (
-            lambda run: _truncate(run / "checkpoints" / "step_000002" / "trainer.pt"),
-            "trainer.pt does not match its checksum",
+            lambda run: _truncate(run / "checkpoints" / "step_000002" / "trainer.safetensors"),
+            "trainer.safetensors does not match its checksum",
         ),
         (
-            lambda run: _truncate(run / "checkpoints" / "step_000002" / "state.pkl"),
-            "state.pkl does not match its checksum",
+            lambda run: _truncate(run / "checkpoints" / "step_000002" / "state.json"),
+            "state.json does not match its checksum",
         ),
         (
-            lambda run: _flip_byte(run / "checkpoints" / "step_000002" / "trainer.pt"),
-            "trainer.pt does not match its checksum",
+            lambda run: _flip_byte(run / "checkpoints" / "step_000002" / "trainer.safetensors"),
+            "trainer.safetensors does not match its checksum",
         ),
-        (lambda run: (run / "checkpoints" / "step_000002" / "state.pkl").unlink(), "unreadable"),
+        (
+            lambda run: (run / "checkpoints" / "step_000002" / "state.json").unlink(),
+            "state.json is missing",
+        ),
         (
             lambda run: __import__("shutil").rmtree(run / "checkpoints" / "step_000002"),
             "names 'step_000002', which is missing",
         ),
     ],
     ids=[
-        "trainer.pt-cut",
-        "state.pkl-cut",
-        "trainer.pt-bitflip",
-        "state.pkl-gone",
+        "trainer-cut",
+        "state-cut",
+        "trainer-bitflip",
+        "state-gone",
         "latest-missing",
     ],
 )
@@ -423,7 +428,7 @@ def test_no_valid_checkpoint_is_a_config_error(
     tmp_path, two_checkpoints, policy_factory, guess_env_factory
 ):
     def damage_all(run):
-        for p in (run / "checkpoints").glob("step_*/trainer.pt"):
+        for p in (run / "checkpoints").glob("step_*/trainer.safetensors"):
             _truncate(p)
 
     tr = _resume_copy(tmp_path, two_checkpoints, policy_factory, guess_env_factory, damage_all)
@@ -446,3 +451,200 @@ def test_a_torn_last_metrics_row_does_not_stop_resume(
         json.loads(x)["step"] for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()
     ]
     assert rows == [0, 1, 2]
+
+
+# ---------------------------------------------------------------------- issues 26.8, 27.4, 27.5
+def _touch(path):
+    with open(path, "w") as f:
+        f.write("ran")
+    return {}
+
+
+class Marker:
+    """A pickle that writes a file when it is loaded (what a hostile checkpoint would do)."""
+
+    def __init__(self, path):
+        self.path = str(path)
+
+    def __reduce__(self):
+        return (_touch, (self.path,))
+
+
+def _rows(run):
+    return [json.loads(x)["step"] for x in (run / "metrics.jsonl").read_text().splitlines()]
+
+
+def _train(cfg, policy_factory, guess_env_factory):
+    return Trainer(cfg, policy=policy_factory(), env_factory=guess_env_factory)
+
+
+def _to_legacy(ckpt, marker):
+    """Rewrite a checkpoint dir in the old pickle format, with a marker pickle in it and
+    checksums that match (its author writes those too)."""
+    import pickle
+
+    import torch
+    from trace_gym.trainers.checkpoint import CHECKSUMS, sha256_file
+    from trace_gym.trainers.state_io import load_state
+
+    blob, state = load_state(ckpt, "trainer"), load_state(ckpt, "state")
+    for name in ("trainer.safetensors", "trainer.json", "state.safetensors", "state.json"):
+        (ckpt / name).unlink()
+    torch.save({**blob, "extra": Marker(marker)}, ckpt / "trainer.pt")
+    (ckpt / "state.pkl").write_bytes(pickle.dumps({**state, "extra": Marker(marker)}))
+    sums = {n: sha256_file(ckpt / n) for n in ("trainer.pt", "state.pkl")}
+    (ckpt / CHECKSUMS).write_text(json.dumps(sums))
+
+
+# ---------------------------------------------------------------------- 26.8: no pickles
+def test_a_checkpoint_holds_no_pickle(tmp_path, policy_factory, guess_env_factory):
+    _train(tiny_config(tmp_path, steps=1), policy_factory, guess_env_factory).run()
+    ckpt = tmp_path / "run" / "checkpoints" / "step_000001"
+    names = sorted(p.name for p in ckpt.iterdir())
+    assert names == [
+        "checksums.json",
+        "state.json",
+        "state.safetensors",
+        "trainer.json",
+        "trainer.safetensors",
+    ]
+    from safetensors import safe_open
+
+    for p in ckpt.iterdir():  # each file is what its name says: data, no pickle
+        if p.suffix == ".safetensors":
+            safe_open(str(p), "pt").keys()
+        else:
+            json.loads(p.read_text())
+
+
+def test_an_old_pickle_checkpoint_runs_no_code_unless_trusted(
+    tmp_path, policy_factory, guess_env_factory
+):
+    cfg = tiny_config(tmp_path, steps=1)
+    _train(cfg, policy_factory, guess_env_factory).run()
+    marker = tmp_path / "marker"
+    _to_legacy(tmp_path / "run" / "checkpoints" / "step_000001", marker)
+
+    tr = _train(cfg, policy_factory, guess_env_factory)
+    with pytest.raises(ConfigError, match="holds pickles.*--trust-checkpoint"):
+        tr.load()
+    assert not marker.exists()
+
+    trusted = tiny_config(tmp_path, steps=1, trust_checkpoint=True)
+    tr = _train(trusted, policy_factory, guess_env_factory)
+    assert tr.load() and tr.step == 1
+    assert marker.exists()  # trusted: the old format loads (and its pickle ran)
+
+
+# ---------------------------------------------------------------------- 27.4: run folders
+def _killed_before_a_checkpoint(tmp_path, policy_factory, guess_env_factory, monkeypatch):
+    """A run with save_every = 0 killed in step 2: rows 0 and 1, no checkpoint."""
+    cfg = tiny_config(tmp_path, steps=3, save_every=0)
+    original = Trainer.update
+
+    def dies_in_step_2(self, samples, step):
+        if step == 2:
+            raise KeyboardInterrupt("killed")
+        return original(self, samples, step)
+
+    monkeypatch.setattr(Trainer, "update", dies_in_step_2)
+    with pytest.raises(KeyboardInterrupt):
+        _train(cfg, policy_factory, guess_env_factory).run()
+    monkeypatch.setattr(Trainer, "update", original)
+    assert _rows(tmp_path / "run") == [0, 1]
+    assert not list((tmp_path / "run" / "checkpoints").glob("step_*"))
+    return cfg
+
+
+def test_rows_without_a_checkpoint_are_refused_not_appended_to(
+    tmp_path, policy_factory, guess_env_factory, monkeypatch
+):
+    cfg = _killed_before_a_checkpoint(tmp_path, policy_factory, guess_env_factory, monkeypatch)
+    with pytest.raises(ConfigError, match="2 metric row.*no checkpoint.*--overwrite"):
+        _train(cfg, policy_factory, guess_env_factory).run()
+    assert _rows(tmp_path / "run") == [0, 1]
+
+    over = tiny_config(tmp_path, steps=3, save_every=0, overwrite=True)
+    _train(over, policy_factory, guess_env_factory).run()
+    assert _rows(tmp_path / "run") == [0, 1, 2]
+
+
+def test_a_rerun_with_resume_false_into_a_used_folder_is_refused(
+    tmp_path, policy_factory, guess_env_factory
+):
+    _train(tiny_config(tmp_path, steps=1), policy_factory, guess_env_factory).run()
+    again = tiny_config(tmp_path, steps=1, resume=False)
+    with pytest.raises(ConfigError, match="resume = false"):
+        _train(again, policy_factory, guess_env_factory).run()
+    assert _rows(tmp_path / "run") == [0]
+
+
+def test_a_torn_last_row_is_rewritten_from_the_checkpoint(
+    tmp_path, policy_factory, guess_env_factory
+):
+    cfg = tiny_config(tmp_path, steps=2)
+    _train(cfg, policy_factory, guess_env_factory).run()
+    path = tmp_path / "run" / "metrics.jsonl"
+    lines = path.read_text().splitlines()
+    path.write_text(lines[0] + "\n" + lines[1][: len(lines[1]) // 2])  # killed mid-row
+    with pytest.warns(RuntimeWarning, match="dropped 1 unreadable row"):
+        assert _train(cfg, policy_factory, guess_env_factory).run() == []
+    assert _rows(tmp_path / "run") == [0, 1]
+
+
+# ---------------------------------------------------------------------- 27.5: Ctrl-C
+def _sigint_in_step(monkeypatch, at, times=1):
+    original = Trainer.update
+
+    def update(self, samples, step):
+        if step == at:
+            for _ in range(times):
+                os.kill(os.getpid(), signal.SIGINT)
+        return original(self, samples, step)
+
+    monkeypatch.setattr(Trainer, "update", update)
+    return original
+
+
+def test_first_ctrl_c_finishes_the_step_and_checkpoints(
+    tmp_path, policy_factory, guess_env_factory, monkeypatch
+):
+    cfg = tiny_config(tmp_path, steps=10, save_every=5)
+    original = _sigint_in_step(monkeypatch, at=3)
+    before = signal.getsignal(signal.SIGINT)
+    tr = _train(cfg, policy_factory, guess_env_factory)
+    hist = tr.run()
+    assert [m["step"] for m in hist] == [0, 1, 2, 3]
+    assert tr.interrupted is not None and tr.interrupted.step == 4
+    assert tr.interrupted.checkpoint.name == "step_000004"
+    assert (tmp_path / "run" / "checkpoints" / "latest").read_text() == "step_000004"
+    assert signal.getsignal(signal.SIGINT) is before
+
+    monkeypatch.setattr(Trainer, "update", original)
+    resumed = _train(
+        tiny_config(tmp_path, steps=5, save_every=5), policy_factory, guess_env_factory
+    )
+    assert [m["step"] for m in resumed.run()] == [4]
+    assert _rows(tmp_path / "run") == [0, 1, 2, 3, 4]
+
+
+def test_a_second_ctrl_c_exits_at_once(tmp_path, policy_factory, guess_env_factory, monkeypatch):
+    cfg = tiny_config(tmp_path, steps=10, save_every=5)
+    _sigint_in_step(monkeypatch, at=1, times=2)
+    with pytest.raises(KeyboardInterrupt):
+        _train(cfg, policy_factory, guess_env_factory).run()
+    assert _rows(tmp_path / "run") == [0]
+    assert not (tmp_path / "run" / "checkpoints" / "latest").exists()
+
+
+def test_the_interrupt_message_names_what_was_kept_and_the_resume_command(tmp_path):
+    from pathlib import Path
+
+    from trace_gym.trainers.cli import interrupted_message
+    from trace_gym.trainers.loop import Interrupted
+
+    argv = ["--config", "c.toml", "--out-dir", "runs/x", "--overwrite", "--set", "resume=false"]
+    msg = interrupted_message(Interrupted(4, Path("runs/x/checkpoints/step_000004")), argv)
+    assert "steps 0-3" in msg and "runs/x/checkpoints/step_000004" in msg
+    assert msg.endswith("trace-gym train --config c.toml --out-dir runs/x --set resume=true"), msg
+    assert "\n" not in msg

@@ -63,6 +63,9 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
+#: how many times in a row `EnginePool.ensure` replaces fresh engines that die at start-up
+REPLACE_ROUNDS = 3
+
 BATCHING = ("continuous", "batch")
 
 #: index of the engine this process hosts (None outside an engine actor)
@@ -426,27 +429,76 @@ class EnginePool:
         return _Handle(index, actor)
 
     def ensure(self, timeout_s: float = 600.0) -> None:
-        """Ping every engine; replace the dead ones (fresh ones get the last push)."""
-        ray = self.ray
+        """Ping every engine; replace the dead ones (fresh ones get the last push).
+
+        A fresh engine that dies while it starts or loads (an engine killed in the first
+        second of a step) is replaced again, up to `REPLACE_ROUNDS` times.
+        """
         for h in self.handles:
             try:
-                ray.get(h.actor.ping.remote(), timeout=timeout_s)
-            except ray.exceptions.RayError:
+                self.ray.get(h.actor.ping.remote(), timeout=timeout_s)
+            except self.ray.exceptions.RayError:
                 h.alive = False
-        lost = [h for h in self.handles if not h.alive]
-        self.replaced += len(lost)
+        self._drop([h for h in self.handles if not h.alive])
+        for _ in range(REPLACE_ROUNDS):
+            fresh = [self._spawn() for _ in range(self.n - len(self.handles))]
+            self.handles += fresh
+            if not fresh:
+                return
+            if self.pushed is not None:
+                version, step = self.pushed
+                payload = self._payload or dumps(None)
+                apply = self._apply if self._payload else _KEEP
+                died = self._load(fresh, version, step, payload, apply, timeout_s)
+            else:
+                died = self._died(fresh, [h.actor.ping.remote() for h in fresh], timeout_s)
+            if not died:
+                return
+            log.warning("engines %s died while starting; replacing them", [h.index for h in died])
+            self._drop(died)
+        raise EngineUnavailable(
+            f"fresh engines died {REPLACE_ROUNDS} times in a row while starting; "
+            "is the node out of memory or the engine crashing at start-up?"
+        )
+
+    def _drop(self, dead: Sequence[_Handle]) -> None:
+        for h in dead:
+            h.alive = False
+        self.replaced += len(dead)
         self.handles = [h for h in self.handles if h.alive]
-        fresh = [self._spawn() for _ in range(self.n - len(self.handles))]
-        self.handles += fresh
-        if fresh and self.pushed is not None:
-            version, step = self.pushed
-            payload, apply = self._payload or dumps(None), self._apply if self._payload else _KEEP
-            ray.get([h.actor.load.remote(version, step, payload, apply) for h in fresh])
-        elif fresh:
-            ray.get([h.actor.ping.remote() for h in fresh], timeout=timeout_s)
+
+    def _died(
+        self, handles: Sequence[_Handle], refs: Sequence[Any], timeout_s: float
+    ) -> list[_Handle]:
+        """Wait for one call per handle; the handles whose actor died meanwhile (other
+        errors - the engine's own code raising, a timeout - propagate)."""
+        errors = self.ray.exceptions
+        died = []
+        for h, ref in zip(handles, refs, strict=True):
+            try:
+                self.ray.get(ref, timeout=timeout_s)
+            except (errors.RayActorError, errors.WorkerCrashedError):
+                died.append(h)
+        return died
+
+    def _load(
+        self,
+        handles: Sequence[_Handle],
+        version: Any,
+        step: int,
+        payload: bytes,
+        apply: str | None,
+        timeout_s: float = 600.0,
+    ) -> list[_Handle]:
+        refs = [h.actor.load.remote(version, step, payload, apply) for h in handles]
+        return self._died(handles, refs, timeout_s)
 
     def begin_step(self, step: int, policy: Any) -> Any:
-        """Push the driver's policy (by version) and the step to every engine; the version."""
+        """Push the driver's policy (by version) and the step to every engine; the version.
+
+        An engine that dies during the push is replaced (`ensure`) and the fresh one
+        gets this push.
+        """
         version = self.version = policy_version(policy)
         same = self.pushed is not None and version is not None and self.pushed[0] == version
         apply: str | None
@@ -460,8 +512,12 @@ class EnginePool:
             self._payload, self._apply = payload, apply
             self.pushes += 1
         self.ensure()
-        self.ray.get([h.actor.load.remote(version, step, payload, apply) for h in self.handles])
+        died = self._load(self.handles, version, step, payload, apply)
         self.pushed = (version, step)
+        if died:
+            log.warning("engines %s died during the push; replacing them", [h.index for h in died])
+            self._drop(died)
+            self.ensure()
         return version
 
     def client(self) -> EngineClient:
