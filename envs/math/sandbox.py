@@ -478,13 +478,7 @@ class Sandbox:
             elapsed = time.monotonic() - t0
             self._flush_spare()
             if reply is not None and "refused" in reply:
-                log.warning(
-                    "math sandbox: a restored interpreter found its state tampered with (%s); "
-                    "that state is rebuilt by replay",
-                    reply["refused"],
-                )
-                self._kill_live()
-                self._await_strays(time.monotonic() + 2.0)  # e.g. one holding the disk full
+                self._refused(reply["refused"])
                 return CellResult("refused", "", 0, reply["refused"], elapsed)
             if reply is not None and reply["limit"] == "cpu":
                 # the CPU limit stopped the cell mid-way: the same stop as the wall limit (which of
@@ -511,6 +505,16 @@ class Sandbox:
             timed_out = elapsed >= cfg.cell_timeout_s and live.alive()  # type: ignore[union-attr]
             self._kill_live()
             return CellResult("timeout" if timed_out else "crashed", "", 0, None, elapsed)
+
+    def _refused(self, reason: str) -> None:
+        """A restored interpreter found its files or limits tampered with and did not serve."""
+        log.warning(
+            "math sandbox: a restored interpreter refused to serve (%s); the state is rebuilt "
+            "by replay after every process the cells left is gone",
+            reason,
+        )
+        self._kill_live()
+        self._await_strays(time.monotonic() + 2.0)  # e.g. one holding the disk full
 
     def _compromised(self, error: Malformed, t0: float) -> CellResult:
         """The live interpreter broke the protocol: nothing of this sandbox is trusted any more."""
@@ -665,7 +669,10 @@ class Sandbox:
             self._compromised(e, time.monotonic())
             return None, None
         if ack is not None and "refused" in ack:
-            ack = None  # the interpreter was tampered with before it became live: replace it
+            snap.kill()
+            spare_mine.close()
+            self._refused(ack["refused"])
+            return None, None
         try:
             msg, pid = recv(mine, deadline) if ack is not None else (None, None)
         except Malformed:

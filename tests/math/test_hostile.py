@@ -407,6 +407,9 @@ def test_tampered_parked_processes_never_falsify_a_branch(leftovers, attack):
     try:
         _fresh_episode(env, "state = 21")
         ck = env.checkpoint()
+        # a timeout first: its sweep adopts every spare, so the restore below hands one over
+        obs, *_, info = env.step("```python\nwhile True:\n    pass\n```")
+        assert info["status"] == "timeout", obs
         obs, *_ = env.step(f"```python\n{attack}\n```")
         assert "tampered" in obs, obs
         for _ in range(2):
