@@ -17,6 +17,7 @@ raises `Malformed`, which the sandbox treats as a compromised interpreter.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import re
@@ -27,7 +28,7 @@ import struct
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 from trace_gym.errors import TraceGymError
 
@@ -49,20 +50,28 @@ class Malformed(TraceGymError, ValueError):
     """A message that breaks the protocol: its sender runs code the env did not ask for."""
 
 
-class Schema(NamedTuple):
+class Schema:
     """What one kind of message may hold: a test per key, and which keys may be left out."""
 
-    fields: dict[str, Callable[[Any], bool]]
-    optional: frozenset[str] = frozenset()
-    #: a test of the whole message (relations between fields), after the per-key ones
-    check: Callable[[dict], bool] | None = None
+    __slots__ = ("check", "fields", "keys", "required")
+
+    def __init__(
+        self,
+        fields: dict[str, Callable[[Any], bool]],
+        optional: frozenset[str] = frozenset(),
+        check: Callable[[dict], bool] | None = None,
+    ):
+        self.fields, self.check = fields, check
+        self.keys, self.required = frozenset(fields), frozenset(fields) - optional
 
     def matches(self, msg: dict) -> bool:
         keys = msg.keys()
-        if not keys <= self.fields.keys() or not self.fields.keys() - self.optional <= keys:
+        if not self.required <= keys or not keys <= self.keys:
             return False
-        if not all(self.fields[k](v) for k, v in msg.items()):
+        fields = self.fields
+        if not all(fields[k](v) for k, v in msg.items()):
             return False
+        # a test of the whole message (relations between fields), after the per-key ones
         return self.check is None or self.check(msg)
 
 
@@ -98,16 +107,18 @@ def _refuse_number(token: str) -> Any:
     raise Malformed(f"a number the protocol never sends: {token[:20]}")
 
 
+_DECODER = json.JSONDecoder(parse_constant=_refuse_number, parse_float=_refuse_number)
+
+
 def decode(data: bytes, schemas: tuple[Schema, ...]) -> dict:
     """The message in `data` if it fits one of `schemas`; else `Malformed`."""
     if len(data) > MAX_MSG:
         raise Malformed(f"a message of {len(data)} bytes")
-    if _depth_over(data, MAX_DEPTH):
+    # fewer brackets than the depth allows cannot nest too deep: most replies skip the scan
+    if data.count(b"[") + data.count(b"{") > MAX_DEPTH and _depth_over(data, MAX_DEPTH):
         raise Malformed("a message nested too deep")
     try:
-        msg = json.loads(
-            data.decode("utf-8"), parse_constant=_refuse_number, parse_float=_refuse_number
-        )
+        msg = _DECODER.decode(data.decode("utf-8"))
     except (ValueError, RecursionError) as e:  # Malformed is a ValueError too
         raise Malformed(f"not a protocol message: {str(e)[:100]}") from None
     if not isinstance(msg, dict) or not any(s.matches(msg) for s in schemas):
@@ -127,6 +138,7 @@ ACK = Schema({"ok": lambda v: v is True, "seq": integer(0, 1 << 62)})
 REFUSED = Schema({"refused": text(500), "seq": integer(0, 1 << 62)})
 
 
+@functools.lru_cache(maxsize=8)
 def reply_schema(max_chars: int) -> Schema:
     """A cell's result: at most `max_chars` of output, the count of all of it, error, threads."""
     return Schema(

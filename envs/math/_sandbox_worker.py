@@ -426,20 +426,25 @@ def _capture_dir(path: str, dev: int, nodes: list[tuple], left: list[int]) -> No
                 nodes.append((entry.path, "file", mode, f.read()))
 
 
-def _clear_dir(path: str, dev: int, top: bool = False) -> bool:
-    """Remove everything of ours under `path`; False when something else had to stay."""
+def _clear_dir(path: str, dev: int, kept: dict[str, int]) -> bool:
+    """Remove everything of ours under `path`; False when something else had to stay.
+
+    `kept` gets the mode of each directory of ours that stays.
+    """
     uid, empty = os.getuid(), True
-    if not top:
-        os.chmod(path, 0o700)  # ours: a cell may have made it read-only
     for entry in os.scandir(path):
         st = entry.stat(follow_symlinks=False)
         if st.st_dev != dev or st.st_uid != uid:
             empty = False
         elif stat.S_ISDIR(st.st_mode):
+            mode = stat.S_IMODE(st.st_mode)
+            if mode & 0o700 != 0o700:
+                os.chmod(entry.path, mode := 0o700)  # ours: a cell may have made it read-only
             # the work dir stays (it is every interpreter's cwd), emptied
-            if _clear_dir(entry.path, dev) and entry.path != LIMITS.get("workdir"):
+            if _clear_dir(entry.path, dev, kept) and entry.path != LIMITS.get("workdir"):
                 os.rmdir(entry.path)
             else:
+                kept[entry.path] = mode
                 empty = False
         else:
             os.unlink(entry.path)
@@ -453,33 +458,43 @@ def restore_saved(saved: tuple) -> str | None:
         return "its resource limits were changed from outside"
     if files is None:
         return None
+    umask = os.umask(0)  # modes exactly as saved; the cell's own umask is put back below
     try:
-        cwd = os.getcwd()
-        for root in LIMITS.get("scratch") or []:
-            _clear_dir(root, os.lstat(root).st_dev, top=True)
-        for path, kind, mode, data in files:
-            if kind == "link":
-                os.symlink(data, path)
-            elif kind == "dir":
-                with contextlib.suppress(FileExistsError):  # it holds a mount point
-                    os.mkdir(path, 0o700)
-            else:
-                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-                with os.fdopen(fd, "wb") as f:
-                    f.write(data)
-                    f.flush()
-                    os.fchmod(fd, mode)
-        for path, kind, mode, _data in reversed(files):  # read-only directories last
-            if kind == "dir":
-                fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
-                try:
-                    os.fchmod(fd, mode)
-                finally:
-                    os.close(fd)
-        os.chdir(cwd)  # the same path, now a directory made again
+        cwd, kept = os.getcwd(), {}
+        for root, dev in zip(LIMITS["scratch"], LIMITS["scratch_devs"], strict=True):
+            _clear_dir(root, dev, kept)
+        _write_nodes(files, kept)
+        if cwd != LIMITS.get("workdir"):
+            os.chdir(cwd)  # the same path, now a directory made again
     except OSError as e:
         return f"restoring its files failed: {e}"
+    finally:
+        os.umask(umask)
     return None
+
+
+def _write_nodes(files: list[tuple], kept: dict[str, int]) -> None:
+    late = []  # directories whose saved mode would stop us filling them: set last
+    for path, kind, mode, data in files:
+        if kind == "link":
+            os.symlink(data, path)
+        elif kind == "file":
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+        elif path in kept:  # the work dir, or one that holds a mount point
+            if kept[path] != mode:
+                late.append((path, mode))
+        else:
+            os.mkdir(path, mode | 0o700)
+            if mode & 0o700 != 0o700:
+                late.append((path, mode))
+    for path, mode in reversed(late):
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        try:
+            os.fchmod(fd, mode)
+        finally:
+            os.close(fd)
 
 
 def spawn(
@@ -572,6 +587,7 @@ def zygote(cfg: dict, chan: socket.socket) -> None:
             )
         }
     )
+    LIMITS["scratch_devs"] = [os.lstat(p).st_dev for p in cfg["scratch"]]
     if not cfg["netns"]:
         install_network_guard()
     for name in cfg["preload"]:
