@@ -6,24 +6,152 @@ end of a channel sets ``SO_PASSCRED``, so the kernel attaches the sender's real 
 pidfd at once and accepted only if `Members` confirms the process belongs to this sandbox
 (its own cgroup, or descent from the process the host itself spawned). Signals go through
 that pidfd only, so a pid that is reused later, or one a cell made up, is never hit.
+
+Nor does the host believe a message's bytes: a cell can find its interpreter's channel
+(the socket is in its own process) and write anything into it. Every message is decoded
+with a bounded size and nesting depth, without non-finite or float numbers, and checked
+against the `Schema` the receiver expects (types, ranges, no unknown keys); anything else
+raises `Malformed`, which the sandbox treats as a compromised interpreter.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
+import re
 import select
 import signal
 import socket
 import struct
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
+
+from trace_gym.errors import TraceGymError
 
 _SO_SNDBUFFORCE, _SO_RCVBUFFORCE = 32, 33
 BUF = 8 << 20
 _UCRED = struct.Struct("iII")
 _SIGKILL_BIT = 1 << (signal.SIGKILL - 1)
+#: the largest message a sandbox process may send: a reply of 100,000 characters (the most
+#: `max_output_chars` allows), every one escaped as a 12-byte surrogate pair, fits twice
+MAX_MSG = 4 << 20
+#: deepest nesting of any message (the isolation report is a dict inside a dict)
+MAX_DEPTH = 2
+#: characters of a cell's error (the worker cuts tracebacks to about 2,000)
+ERROR_CHARS = 4000
+_TOKENS = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]')
+
+
+class Malformed(TraceGymError, ValueError):
+    """A message that breaks the protocol: its sender runs code the env did not ask for."""
+
+
+class Schema:
+    """What one kind of message may hold: a test per key, and which keys may be left out."""
+
+    __slots__ = ("check", "fields", "keys", "required")
+
+    def __init__(
+        self,
+        fields: dict[str, Callable[[Any], bool]],
+        optional: frozenset[str] = frozenset(),
+        check: Callable[[dict], bool] | None = None,
+    ):
+        self.fields, self.check = fields, check
+        self.keys, self.required = frozenset(fields), frozenset(fields) - optional
+
+    def matches(self, msg: dict) -> bool:
+        keys = msg.keys()
+        if not self.required <= keys or not keys <= self.keys:
+            return False
+        fields = self.fields
+        if not all(fields[k](v) for k, v in msg.items()):
+            return False
+        # a test of the whole message (relations between fields), after the per-key ones
+        return self.check is None or self.check(msg)
+
+
+def integer(lo: int, hi: int) -> Callable[[Any], bool]:
+    """A JSON integer in [lo, hi] (never a bool or a float)."""
+    return lambda v: type(v) is int and lo <= v <= hi
+
+
+def text(most: int, *, null: bool = False) -> Callable[[Any], bool]:
+    """A string of at most `most` characters (or None when `null`)."""
+    return lambda v: (null and v is None) or (type(v) is str and len(v) <= most)
+
+
+def flag(v: Any) -> bool:
+    return type(v) is bool
+
+
+def _depth_over(data: bytes, most: int) -> bool:
+    """Whether brackets outside strings nest deeper than `most` (a linear scan)."""
+    depth = 0
+    for m in _TOKENS.finditer(data):
+        tok = m.group()
+        if tok in (b"[", b"{"):
+            depth += 1
+            if depth > most:
+                return True
+        elif tok in (b"]", b"}"):
+            depth -= 1
+    return False
+
+
+def _refuse_number(token: str) -> Any:
+    raise Malformed(f"a number the protocol never sends: {token[:20]}")
+
+
+_DECODER = json.JSONDecoder(parse_constant=_refuse_number, parse_float=_refuse_number)
+
+
+def decode(data: bytes, schemas: tuple[Schema, ...]) -> dict:
+    """The message in `data` if it fits one of `schemas`; else `Malformed`."""
+    if len(data) > MAX_MSG:
+        raise Malformed(f"a message of {len(data)} bytes")
+    # fewer brackets than the depth allows cannot nest too deep: most replies skip the scan
+    if data.count(b"[") + data.count(b"{") > MAX_DEPTH and _depth_over(data, MAX_DEPTH):
+        raise Malformed("a message nested too deep")
+    try:
+        msg = _DECODER.decode(data.decode("utf-8"))
+    except (ValueError, RecursionError) as e:  # Malformed is a ValueError too
+        raise Malformed(f"not a protocol message: {str(e)[:100]}") from None
+    if not isinstance(msg, dict) or not any(s.matches(msg) for s in schemas):
+        raise Malformed(f"a message that fits no expected schema: {str(msg)[:200]}")
+    return msg
+
+
+#: the first message of every process: {"hello": true}, a snapshot adds whether it holds its files
+HELLO = Schema({"hello": lambda v: v is True, "files": flag}, frozenset({"files"}))
+#: the bootstrap's report of the namespaces it made
+ISOLATION = Schema(
+    {"isolation": lambda v: isinstance(v, dict) and len(v) <= 16 and all(map(flag, v.values()))}
+)
+#: a snapshot fork's acknowledgement
+ACK = Schema({"ok": lambda v: v is True, "seq": integer(0, 1 << 62)})
+#: an interpreter that found itself tampered with (its restored files, its limits) and will not run
+REFUSED = Schema({"refused": text(500), "seq": integer(0, 1 << 62)})
+
+
+@functools.lru_cache(maxsize=8)
+def reply_schema(max_chars: int) -> Schema:
+    """A cell's result: at most `max_chars` of output, the count of all of it, error, threads."""
+    return Schema(
+        {
+            "output": text(max_chars),
+            "total_chars": integer(0, 1 << 62),
+            "error": text(ERROR_CHARS, null=True),
+            "threads": integer(0, 1 << 20),
+            "limit": lambda v: v is None or v == "cpu",
+            "seq": integer(0, 1 << 62),
+        },
+        check=lambda m: m["total_chars"] >= len(m["output"]),
+    )
 
 
 def socketpair() -> tuple[socket.socket, socket.socket]:
@@ -52,12 +180,17 @@ def send(chan: socket.socket, msg: dict, fds: list[int] | None = None) -> None:
 
 
 def recv(
-    chan: socket.socket, deadline: float, seq: int | None = None
+    chan: socket.socket,
+    deadline: float,
+    seq: int | None = None,
+    *,
+    schemas: tuple[Schema, ...] = (HELLO,),
 ) -> tuple[dict | None, int | None]:
     """The next message (with sequence number `seq` if given) and the kernel's sender pid.
 
-    (None, None) on timeout or end of file. Garbage and stale or forged sequence numbers
-    are skipped: a cell can write into any descriptor it finds.
+    (None, None) on timeout or end of file. A message that fits none of `schemas` raises
+    `Malformed` (a cell can write into any descriptor it finds, its own channel included);
+    a well-formed one with another sequence number (a stale reply) is skipped.
     """
     while True:
         left = deadline - time.monotonic()
@@ -87,11 +220,8 @@ def recv(
                 ):  # never keep fds a cell sent us
                     with contextlib.suppress(OSError):
                         os.close(int.from_bytes(payload[i : i + 4], "little"))
-        try:
-            msg = json.loads(data.decode("utf-8", "replace"))
-        except ValueError:
-            continue
-        if not isinstance(msg, dict) or (seq is not None and msg.get("seq") != seq):
+        msg = decode(data, schemas)
+        if seq is not None and msg.get("seq") != seq:
             continue
         return msg, pid
 
@@ -213,6 +343,28 @@ def dying(pid: int) -> bool:
         return False
 
 
+def _state(pid: int) -> bytes | None:
+    """The one-letter state of `pid` from /proc (None when it is gone)."""
+    try:
+        fd = os.open(f"/proc/{pid}/stat", os.O_RDONLY)
+        try:
+            return os.read(fd, 4096).rsplit(b")", 1)[1].split()[0]
+        finally:
+            os.close(fd)
+    except (OSError, IndexError):
+        return None
+
+
+def stopped(pid: int) -> bool:
+    """Whether `pid` is stopped by a signal (SIGSTOP and the like) or a tracer."""
+    return _state(pid) in (b"T", b"t")
+
+
+def exited(pid: int) -> bool:
+    """Whether `pid` has exited (gone, or a zombie: its files and memory are released)."""
+    return _state(pid) in (None, b"Z", b"X")
+
+
 class Proc:
     """One sandbox process the env talks to: its channel and a pidfd the host checked.
 
@@ -239,7 +391,11 @@ class Proc:
     def ready(self, deadline: float) -> bool:
         """Know the process (waiting for its hello until `deadline` if needed) and be alive."""
         if self.pidfd is None and not self.killed:
-            if not self.adopt(*recv(self.chan, deadline)):
+            try:
+                adopted = self.adopt(*recv(self.chan, deadline))
+            except Malformed:
+                adopted = False
+            if not adopted:
                 self.killed = True
         return self.alive()
 

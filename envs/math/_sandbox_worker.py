@@ -20,12 +20,19 @@ sockets; a new channel travels as an SCM_RIGHTS file descriptor with the ``fork`
 itself with ``{"hello": true}``; the env learns its pid from the kernel (SO_PASSCRED),
 never from a message, so nothing here reports pids.
 
-Work-dir files are part of a snapshot: a parked snapshot copies the work dir into
-``<snapshot root>/<pid>`` (regular files, directories and symlinks as symlinks; FIFOs,
-sockets and devices skipped; hard links become copies; sparse files count their full
-size) up to ``snapshot_files_mb``, and an interpreter forked from it puts that copy back
-before its first cell. A bigger work dir makes the snapshot report ``files: false`` and
-that checkpoint is restored by ledger replay instead.
+Files are part of a snapshot: a parked snapshot reads every file a cell could have
+written (the whole private /tmp under bwrap; every tmpfs it made in 'namespaces' mode; the
+work dir without a mount namespace) into its own memory (regular files, directories and
+symlinks as symlinks; FIFOs, sockets and devices skipped; hard links become copies;
+sparse files count their full size; other mounts and files of other uids left alone) up
+to ``snapshot_files_mb``. The copy is out of every cell's reach: the process is not
+dumpable and no sandbox process can read or write another one's memory. An interpreter
+forked from it makes those directories exactly that copy again before its first request,
+and checks that its resource limits are still the ones the snapshot was parked with; if
+either fails it refuses the request (``{"refused": why}``) and the env restores the
+state by replay. The zygote's copy is the pristine /tmp, so every fresh interpreter (a
+new episode, a replay) starts from an empty scratch space. A bigger copy makes the
+snapshot report ``files: false`` and that checkpoint is restored by ledger replay.
 """
 
 from __future__ import annotations
@@ -38,7 +45,6 @@ import json
 import linecache
 import os
 import resource
-import shutil
 import signal
 import socket
 import stat
@@ -60,6 +66,8 @@ PR_SET_NO_NEW_PRIVS = 38
 PR_SET_DUMPABLE = 4
 ADDR_NO_RANDOMIZE = 0x0040000
 MAX_MSG = 1 << 20
+#: the world-writable directories 'namespaces' mode covers with fresh tmpfs mounts
+COVERED = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock")
 
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -245,13 +253,14 @@ def short_traceback(e: BaseException, limit: int = 2000) -> str:
     tb = traceback.TracebackException.from_exception(e, capture_locals=False)
     frames = [f for f in tb.stack if f.filename.startswith("<cell")]
     if isinstance(e, SyntaxError) and not frames:  # the cell did not compile: no stack to show
-        return "".join(tb.format_exception_only())
-    if tb.stack and tb.stack[-1] not in frames:
-        frames.append(tb.stack[-1])
-    lines = ["Traceback (most recent call last):\n"]
-    if frames:
-        lines += traceback.StackSummary.from_list(frames).format()
-    lines += list(tb.format_exception_only())
+        lines = list(tb.format_exception_only())
+    else:
+        if tb.stack and tb.stack[-1] not in frames:
+            frames.append(tb.stack[-1])
+        lines = ["Traceback (most recent call last):\n"]
+        if frames:
+            lines += traceback.StackSummary.from_list(frames).format()
+        lines += list(tb.format_exception_only())
     text = "".join(lines)
     if len(text) > limit:
         text = text[: limit // 2] + "\n...\n" + text[-limit // 2 :]
@@ -296,8 +305,8 @@ def double_fork() -> bool:
     return False
 
 
-def serve_live(chan: socket.socket, interp: Interpreter, files: str | None = None) -> None:
-    """The live interpreter's loop: run cells, fork snapshots (`files`: work dir to restore)."""
+def serve_live(chan: socket.socket, interp: Interpreter, saved: tuple | None = None) -> None:
+    """The live interpreter's loop: run cells, fork snapshots (`saved`: what to restore first)."""
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     signal.signal(signal.SIGXCPU, _on_xcpu)
     me = os.getpid()
@@ -307,9 +316,13 @@ def serve_live(chan: socket.socket, interp: Interpreter, files: str | None = Non
         if msg is None:
             os._exit(0)
         op = msg.get("op")
-        if files is not None:
-            restore_files(files)  # the first request: this interpreter is now the live one
-            files = None
+        if saved is not None:  # the first request: this interpreter is now the live one
+            problem = restore_saved(saved)
+            saved = None
+            if problem is not None:
+                _log("refusing to serve", problem)
+                send(chan, {"refused": problem[:500], "seq": msg.get("seq")})
+                os._exit(0)
         if op == "exec":
             reply = interp.run(msg["code"], int(msg["max_chars"]), float(msg["cpu_s"]))
             if os.getpid() != me:
@@ -342,91 +355,150 @@ def park(chan: socket.socket, interp: Interpreter, spare_fd: int | None = None) 
     ready "spare" waiting when it restores this snapshot.
     """
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # our dead children are reaped by the kernel
-    files = save_files()
+    files = capture(LIMITS.get("scratch") or [], LIMITS.get("snapshot_files_mb", 0) << 20)
+    saved = (files, rlimits())
     send(chan, {"hello": True, "files": files is not None})
     if spare_fd is not None:
-        spawn(chan, interp, spare_fd, None, files)
+        spawn(chan, interp, spare_fd, None, saved)
     while True:
         msg, fds = recv(chan)
         if msg is None or msg.get("op") == "exit":
-            if files:
-                shutil.rmtree(files, ignore_errors=True)
             os._exit(0)
         if msg.get("op") == "spawn" and fds:
-            spawn(chan, interp, fds[0], msg.get("seed"), files)
+            spawn(chan, interp, fds[0], msg.get("seed"), saved)
             fds = fds[1:]
         for fd in fds:
             os.close(fd)
 
 
-# ---------------------------------------------------------------------- work-dir files
-def _copy_tree(src: str, dst: str, budget: list[int]) -> bool:
-    """Copy `src` into `dst` without following links; False when over the byte budget."""
-    os.makedirs(dst, mode=0o700, exist_ok=True)
-    for entry in os.scandir(src):
-        st = entry.stat(follow_symlinks=False)
-        target = os.path.join(dst, entry.name)
-        if stat.S_ISLNK(st.st_mode):
-            os.symlink(os.readlink(entry.path), target)
-        elif stat.S_ISDIR(st.st_mode):
-            if not _copy_tree(entry.path, target, budget):
-                return False
-        elif stat.S_ISREG(st.st_mode):
-            budget[0] -= st.st_size  # a sparse file counts its full size
-            if budget[0] < 0:
-                return False
-            fd = os.open(entry.path, os.O_RDONLY | os.O_NOFOLLOW)
-            with os.fdopen(fd, "rb") as fin, open(target, "xb") as fout:
-                shutil.copyfileobj(fin, fout, 1 << 20)
-            os.chmod(target, stat.S_IMODE(st.st_mode))
-    return True
+# ---------------------------------------------------------------------- scratch files
+_WATCHED = (
+    resource.RLIMIT_AS,
+    resource.RLIMIT_FSIZE,
+    resource.RLIMIT_NOFILE,
+    resource.RLIMIT_CORE,
+    resource.RLIMIT_NPROC,
+)
 
 
-def _clear(path: str) -> None:
-    for entry in os.scandir(path):
-        if entry.is_dir(follow_symlinks=False):
-            shutil.rmtree(entry.path, ignore_errors=True)
-        else:
-            with contextlib.suppress(OSError):
-                os.unlink(entry.path)
+def rlimits() -> tuple:
+    """This process's limits as a cell could change them from outside (prlimit, same uid).
+
+    The CPU soft limit is left out: every cell sets it afresh.
+    """
+    return (*map(resource.getrlimit, _WATCHED), resource.getrlimit(resource.RLIMIT_CPU)[1])
 
 
-def save_files() -> str | None:
-    """Copy the work dir into this (parked) process's snapshot dir; None if over the cap."""
-    root = LIMITS.get("snapshot_root")
-    if not root:
-        return None
-    os.makedirs(root, mode=0o700, exist_ok=True)
-    for stale in os.listdir(root):  # copies of snapshots that were killed
-        with contextlib.suppress(ValueError, OSError):
-            os.kill(int(stale), 0)
-            continue
-        shutil.rmtree(os.path.join(root, stale), ignore_errors=True)
-    dst = os.path.join(root, str(os.getpid()))
-    shutil.rmtree(dst, ignore_errors=True)
+def capture(roots: list[str], budget: int) -> list[tuple] | None:
+    """Every file of ours under `roots`, read into memory as (path, kind, mode, data) in order.
+
+    None when over `budget` bytes or unreadable (that checkpoint then replays).
+    """
+    nodes: list[tuple] = []
+    left = [budget]
     try:
-        ok = _copy_tree(LIMITS["workdir"], dst, [LIMITS["snapshot_files_mb"] << 20])
+        for root in roots:
+            _capture_dir(root, os.lstat(root).st_dev, nodes, left)
     except OSError as e:
         _log("snapshot copy failed", e)
-        ok = False
-    if not ok:
-        shutil.rmtree(dst, ignore_errors=True)
         return None
-    return dst
+    return nodes
 
 
-def restore_files(saved: str) -> None:
-    """Make the work dir what it was when `saved` was taken."""
-    workdir = LIMITS["workdir"]
+def _capture_dir(path: str, dev: int, nodes: list[tuple], left: list[int]) -> None:
+    uid = os.getuid()
+    for entry in os.scandir(path):
+        st = entry.stat(follow_symlinks=False)
+        if st.st_dev != dev or st.st_uid != uid:
+            continue  # another mount (a bound venv) or the infrastructure's (root-owned) files
+        mode = stat.S_IMODE(st.st_mode)
+        if stat.S_ISLNK(st.st_mode):
+            nodes.append((entry.path, "link", 0, os.readlink(entry.path)))
+        elif stat.S_ISDIR(st.st_mode):
+            nodes.append((entry.path, "dir", mode, None))
+            _capture_dir(entry.path, dev, nodes, left)
+        elif stat.S_ISREG(st.st_mode):
+            left[0] -= st.st_size  # a sparse file counts its full size
+            if left[0] < 0:
+                raise OSError(f"more than the snapshot keeps, at {path}")
+            fd = os.open(entry.path, os.O_RDONLY | os.O_NOFOLLOW)
+            with os.fdopen(fd, "rb") as f:
+                nodes.append((entry.path, "file", mode, f.read()))
+
+
+def _clear_dir(path: str, dev: int, kept: dict[str, int]) -> bool:
+    """Remove everything of ours under `path`; False when something else had to stay.
+
+    `kept` gets the mode of each directory of ours that stays.
+    """
+    uid, empty = os.getuid(), True
+    for entry in os.scandir(path):
+        st = entry.stat(follow_symlinks=False)
+        if st.st_dev != dev or st.st_uid != uid:
+            empty = False
+        elif stat.S_ISDIR(st.st_mode):
+            mode = stat.S_IMODE(st.st_mode)
+            if mode & 0o700 != 0o700:
+                os.chmod(entry.path, mode := 0o700)  # ours: a cell may have made it read-only
+            # the work dir stays (it is every interpreter's cwd), emptied
+            if _clear_dir(entry.path, dev, kept) and entry.path != LIMITS.get("workdir"):
+                os.rmdir(entry.path)
+            else:
+                kept[entry.path] = mode
+                empty = False
+        else:
+            os.unlink(entry.path)
+    return empty
+
+
+def restore_saved(saved: tuple) -> str | None:
+    """Make the scratch space what `saved` holds and check the limits; why not, on failure."""
+    files, limits = saved
+    if rlimits() != limits:
+        return "its resource limits were changed from outside"
+    if files is None:
+        return None
+    umask = os.umask(0)  # modes exactly as saved; the cell's own umask is put back below
     try:
-        _clear(workdir)
-        _copy_tree(saved, workdir, [1 << 62])
+        cwd, kept = os.getcwd(), {}
+        for root, dev in zip(LIMITS["scratch"], LIMITS["scratch_devs"], strict=True):
+            _clear_dir(root, dev, kept)
+        _write_nodes(files, kept)
+        if cwd != LIMITS.get("workdir"):
+            os.chdir(cwd)  # the same path, now a directory made again
     except OSError as e:
-        _log("restoring the work dir failed", e)
+        return f"restoring its files failed: {e}"
+    finally:
+        os.umask(umask)
+    return None
+
+
+def _write_nodes(files: list[tuple], kept: dict[str, int]) -> None:
+    late = []  # directories whose saved mode would stop us filling them: set last
+    for path, kind, mode, data in files:
+        if kind == "link":
+            os.symlink(data, path)
+        elif kind == "file":
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+        elif path in kept:  # the work dir, or one that holds a mount point
+            if kept[path] != mode:
+                late.append((path, mode))
+        else:
+            os.mkdir(path, mode | 0o700)
+            if mode & 0o700 != 0o700:
+                late.append((path, mode))
+    for path, mode in reversed(late):
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        try:
+            os.fchmod(fd, mode)
+        finally:
+            os.close(fd)
 
 
 def spawn(
-    chan: socket.socket, interp: Interpreter, fd: int, seed: int | None, files: str | None = None
+    chan: socket.socket, interp: Interpreter, fd: int, seed: int | None, saved: tuple | None = None
 ) -> None:
     """Fork a live interpreter that serves requests on `fd` (the parent closes `fd`)."""
     try:
@@ -440,7 +512,7 @@ def spawn(
         if seed is not None:
             seed_rngs(int(seed))
         warm_up()
-        serve_live(socket.socket(fileno=fd), interp, files)
+        serve_live(socket.socket(fileno=fd), interp, saved)
     os.close(fd)
 
 
@@ -511,10 +583,11 @@ def zygote(cfg: dict, chan: socket.socket) -> None:
                 "tmpfs_mb",
                 "snapshot_files_mb",
                 "workdir",
+                "scratch",
             )
         }
     )
-    LIMITS["snapshot_root"] = os.path.join(os.path.dirname(cfg["workdir"]), ".snapshots")
+    LIMITS["scratch_devs"] = [os.lstat(p).st_dev for p in cfg["scratch"]]
     if not cfg["netns"]:
         install_network_guard()
     for name in cfg["preload"]:
@@ -634,7 +707,7 @@ def private_mounts(cfg: dict) -> bool:
     if _libc.mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None) != 0:
         return False
     opts = f"size={cfg['tmpfs_mb']}m,mode=1777".encode()
-    covered = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock")
+    covered = COVERED
     # a virtual environment (or checkout) under /tmp would vanish under the fresh tmpfs:
     # hold each such Python directory open and bind it back at its own path afterwards
     held = [
@@ -694,7 +767,15 @@ def bootstrap(cfg: dict) -> None:
     os.makedirs(workdir, mode=0o700, exist_ok=True)
     if cfg["drop_privileges"]:
         os.chown(workdir, cfg["uid"], cfg["gid"])
-    cfg = {**cfg, "workdir": workdir, "netns": report["netns"] or cfg.get("netns", False)}
+    scratch = cfg.get("scratch") or (
+        [p for p in COVERED if os.path.isdir(p)] if report["mountns"] else [workdir]
+    )
+    cfg = {
+        **cfg,
+        "workdir": workdir,
+        "scratch": scratch,
+        "netns": report["netns"] or cfg.get("netns", False),
+    }
     chan = socket.socket(fileno=cfg["fd"])
     pid = os.fork()
     if pid == 0:

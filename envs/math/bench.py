@@ -50,7 +50,7 @@ def _layers() -> dict[str, SandboxConfig]:
         layers["namespaces"] = SandboxConfig(
             isolation="namespaces"
         )  # the first version's isolation
-    layers["none"] = SandboxConfig(isolation="none")
+    layers["none"] = SandboxConfig(isolation="none", allow_unsafe_host=True)
     return layers
 
 

@@ -23,7 +23,7 @@ from typing import Any, ClassVar
 import numpy as np
 from trace_gym.envs.math.data import MathTask, TaskSet, load_dataset
 from trace_gym.envs.math.protocol import FORMAT_HINT, format_cell, parse_action
-from trace_gym.envs.math.sandbox import Sandbox, SandboxConfig, SandboxError
+from trace_gym.envs.math.sandbox import CellResult, Sandbox, SandboxConfig, SandboxError
 from trace_gym.envs.math.verify import (
     VerifierPool,
     VerifierUnavailable,
@@ -163,13 +163,7 @@ class MathEnv(TraceEnv):
             # after its cell answered): rebuild the state from the ledger before this cell,
             # or it would run in a pristine interpreter
             self._rebuild()
-        try:
-            result = self._sandbox.run(code)
-        except SandboxError as e:
-            log.warning("math sandbox failed, restarting it and replaying the ledger: %s", e)
-            self._sandbox.close()
-            self._rebuild()
-            result = self._sandbox.run(code)
+        result = self._run_faithfully(code)
         cfg = self.config
         obs = format_cell(
             result.status,
@@ -198,6 +192,28 @@ class MathEnv(TraceEnv):
         else:
             info["rolled_back"] = self._rebuild()
         return Transition(obs, 0.0, False, info)
+
+    def _run_faithfully(self, code: str) -> CellResult:
+        """Run `code` in the episode's state, rebuilding that state when it cannot be trusted.
+
+        A restored interpreter that finds its files or limits tampered with refuses to run
+        the cell; the state is then replayed (in a new sandbox the second time, when the
+        pristine zygote itself was tampered with) and the cell runs there.
+        """
+        for attempt in range(3):
+            try:
+                result = self._sandbox.run(code)
+            except SandboxError as e:
+                log.warning("math sandbox failed, restarting it and replaying the ledger: %s", e)
+                self._sandbox.close()
+                self._rebuild()
+                result = self._sandbox.run(code)
+            if result.status != "refused":
+                return result
+            if attempt:
+                self._sandbox.close()
+            self._rebuild()
+        return result._replace(status="crashed", error=None)
 
     def _rebuild(self) -> bool:
         """After a timeout or crash: a fresh interpreter that re-ran the ledger."""

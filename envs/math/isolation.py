@@ -185,7 +185,8 @@ def _bwrap_argv(spec: Launch, fds: list[int]) -> list[str]:
         argv += ["--dev-bind", dev, dev]
     argv += ["--symlink", "/proc/self/fd", "/dev/fd"]
     argv += ["--chdir", "/tmp/work"]
-    argv += ["--remount-ro", "/"]
+    # /dev is a tmpfs too: read-only, so /tmp (snapshotted whole) is the only place to write
+    argv += ["--remount-ro", "/", "--remount-ro", "/dev"]
     for key, value in {**spec.env, "HOME": "/tmp/work", "TMPDIR": "/tmp"}.items():
         argv += ["--setenv", key, value]
     if spec.seccomp:

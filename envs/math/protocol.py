@@ -124,5 +124,11 @@ def format_cell(
             f"a signal, or the {cpu_s:g} s CPU / memory limit). The interpreter state was rolled back "
             "to what it was before this cell."
         )
+    elif status == "compromised":
+        parts.append(
+            "SandboxViolation: the interpreter sent the env a message outside its protocol (the cell "
+            "wrote into the env's channel), so nothing it reported is shown. The sandbox was "
+            "restarted and the interpreter state rolled back to what it was before this cell."
+        )
     body = "\n".join(parts) if parts else "(no output)"
     return f"```output\n{body}\n```"

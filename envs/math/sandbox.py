@@ -35,7 +35,23 @@ from typing import Any, NamedTuple
 
 from trace_gym.envs.math import isolation as iso
 from trace_gym.envs.math import seccomp
-from trace_gym.envs.math._proc import Members, Proc, kill_members, pidfd_of, recv, send, socketpair
+from trace_gym.envs.math._proc import (
+    ACK,
+    HELLO,
+    ISOLATION,
+    REFUSED,
+    Malformed,
+    Members,
+    Proc,
+    exited,
+    kill_members,
+    pidfd_of,
+    recv,
+    reply_schema,
+    send,
+    socketpair,
+    stopped,
+)
 
 from trace_gym.errors import ConfigError, TraceGymError
 
@@ -84,9 +100,12 @@ class SandboxConfig:
     seed: int = 0
     #: modules imported once in the zygote, so cells and replays import them for free
     preload: tuple[str, ...] = ("math", "fractions", "itertools", "sympy", "numpy")
-    #: 'auto' (bwrap, else namespaces with a warning, else none with a loud warning), or one of
-    #: 'bwrap', 'namespaces', 'none' explicitly
+    #: 'auto' (bwrap, else namespaces with a warning), or one of 'bwrap', 'namespaces', 'none'
+    #: explicitly; 'none' (and an 'auto' that finds no isolation) needs `allow_unsafe_host`
     isolation: str = "auto"
+    #: accept running cells with no isolation at all (as this user, with its file access): the
+    #: only way to get isolation 'none', which then still logs a loud warning at every start
+    allow_unsafe_host: bool = False
     #: load the seccomp filter of `trace_gym.envs.math.seccomp` (bwrap mode)
     seccomp: bool = True
     #: unprivileged uid to run as when started by root (default: a free one per sandbox)
@@ -131,13 +150,21 @@ class SandboxConfig:
             raise ConfigError(
                 f"SandboxConfig.isolation must be one of {iso.MODES}, got {self.isolation!r}"
             )
+        if self.isolation == "none" and not self.allow_unsafe_host:
+            raise ConfigError(
+                "SandboxConfig.isolation='none' runs cells with this user's rights and no "
+                "isolation; it needs allow_unsafe_host=True to say that is intended"
+            )
         self.preload = tuple(self.preload)
 
 
 class CellResult(NamedTuple):
     """What running one cell produced."""
 
-    #: 'ok', 'error' (the cell raised), 'timeout', 'crashed' (the interpreter died)
+    #: 'ok', 'error' (the cell raised), 'timeout', 'crashed' (the interpreter died),
+    #: 'compromised' (the interpreter sent a message outside the protocol: the sandbox was
+    #: restarted), 'refused' (the interpreter found its restored files or limits tampered with
+    #: and did not run the cell: restore the state another way and run it again)
     status: str
     output: str
     total_chars: int
@@ -209,6 +236,18 @@ class Sandbox:
         """Step 1: isolation mode, uid, cgroups and the host-side scratch directory."""
         cfg = self.config
         self.mode = iso.choose_mode(cfg.isolation)
+        if self.mode == "none" and not cfg.allow_unsafe_host:
+            raise SandboxError(
+                f"the math sandbox found no isolation it can use ({iso.bwrap_problem()}); install "
+                "bubblewrap (apt-get install bubblewrap) and let it create user namespaces, or "
+                "run as root for the kernel-namespace isolation"
+            )
+        if self.mode == "none":
+            log.warning(
+                "math sandbox: isolation 'none' (allow_unsafe_host=True): CELLS RUN WITHOUT "
+                "ISOLATION as uid %d and can read and write whatever it can",
+                os.geteuid(),
+            )
         root = os.geteuid() == 0
         self._uid = None
         if root and self.mode in ("bwrap", "namespaces"):
@@ -230,6 +269,9 @@ class Sandbox:
             "uid": self._uid,
             "gid": self._uid,
             "workdir": workdir,
+            # where a cell can write: snapshotted and restored whole (bwrap: its private /tmp;
+            # the worker decides in the other modes, after it made its mounts)
+            "scratch": ["/tmp"] if mode == "bwrap" else None,
             "netns": mode == "bwrap",
             "tmpfs_mb": cfg.tmpfs_mb,
             "snapshot_files_mb": cfg.snapshot_files_mb,
@@ -288,7 +330,11 @@ class Sandbox:
         zygote = Proc(mine, self._members)
         report: dict | None = None
         while report is None or zygote.pid is None:
-            msg, pid = recv(mine, deadline)
+            try:
+                msg, pid = recv(mine, deadline, schemas=(ISOLATION, HELLO))
+            except Malformed as e:
+                msg, pid = None, None
+                log.warning("math sandbox: a malformed start-up message (%s)", e)
             if msg is not None and "isolation" in msg and report is None:
                 report = msg["isolation"] if isinstance(msg["isolation"], dict) else {}
             elif msg is not None and "hello" in msg and zygote.adopt(msg, pid):
@@ -297,8 +343,8 @@ class Sandbox:
                 mine.close()
                 self.close()
                 raise SandboxError(
-                    f"the math sandbox did not start (mode {self.mode}; set TRACE_GYM_SANDBOX_DEBUG=1 to see "
-                    "its stderr; SandboxConfig(isolation='none') skips every isolation layer)"
+                    f"the math sandbox did not start (mode {self.mode}); set TRACE_GYM_SANDBOX_DEBUG=1 to "
+                    "see its stderr"
                 )
         self._zygote = zygote
         self._pin_infrastructure(zygote.pid)  # type: ignore[arg-type]
@@ -421,37 +467,64 @@ class Sandbox:
                 "cpu_s": cfg.cell_cpu_s,
                 "seq": self._seq,
             }
+            schemas = (reply_schema(cfg.max_output_chars), REFUSED)
             try:
                 send(live.chan, request)  # type: ignore[union-attr]
-                reply, _pid = recv(live.chan, t0 + cfg.cell_timeout_s, self._seq)  # type: ignore[union-attr]
+                reply, _pid = recv(live.chan, t0 + cfg.cell_timeout_s, self._seq, schemas=schemas)  # type: ignore[union-attr]
+            except Malformed as e:
+                return self._compromised(e, t0)
             except OSError:
                 reply = None
             elapsed = time.monotonic() - t0
             self._flush_spare()
-            if reply is not None and "output" in reply and reply.get("limit") == "cpu":
+            if reply is not None and "refused" in reply:
+                self._refused(reply["refused"])
+                return CellResult("refused", "", 0, reply["refused"], elapsed)
+            if reply is not None and reply["limit"] == "cpu":
                 # the CPU limit stopped the cell mid-way: the same stop as the wall limit (which of
                 # the two fires first depends on the machine's load), so its state is not kept
                 self._kill_live()
                 return CellResult(
                     "timeout",
-                    str(reply.get("output", "")),
-                    _int(reply.get("total_chars")),
-                    str(reply.get("error") or "CpuLimit"),
+                    reply["output"],
+                    reply["total_chars"],
+                    reply["error"] or "CpuLimit",
                     elapsed,
                 )
-            if reply is not None and "output" in reply:
-                self._live_threads = _int(reply.get("threads"))
+            if reply is not None:
+                self._live_threads = reply["threads"]
+                status = "error" if reply["error"] is not None else "ok"
                 return CellResult(
-                    "error" if reply.get("error") else "ok",
-                    str(reply.get("output", "")),
-                    _int(reply.get("total_chars")),
-                    None if reply.get("error") is None else str(reply["error"]),
+                    status,
+                    reply["output"],
+                    reply["total_chars"],
+                    reply["error"],
                     elapsed,
                     self._live_threads,
                 )
             timed_out = elapsed >= cfg.cell_timeout_s and live.alive()  # type: ignore[union-attr]
             self._kill_live()
             return CellResult("timeout" if timed_out else "crashed", "", 0, None, elapsed)
+
+    def _refused(self, reason: str) -> None:
+        """A restored interpreter found its files or limits tampered with and did not serve."""
+        log.warning(
+            "math sandbox: a restored interpreter refused to serve (%s); the state is rebuilt "
+            "by replay after every process the cells left is gone",
+            reason,
+        )
+        self._kill_live()
+        self._await_strays(time.monotonic() + 2.0)  # e.g. one holding the disk full
+
+    def _compromised(self, error: Malformed, t0: float) -> CellResult:
+        """The live interpreter broke the protocol: nothing of this sandbox is trusted any more."""
+        log.warning(
+            "math sandbox: the interpreter sent a message outside the protocol (%s); a cell reached "
+            "the env's channel, so the whole sandbox is restarted",
+            error,
+        )
+        self.close()
+        return CellResult("compromised", "", 0, None, time.monotonic() - t0)
 
     def replay(self, ledger: list[str] | tuple[str, ...]) -> bool:
         """A fresh interpreter that has re-run `ledger`; False if a cell failed to finish."""
@@ -466,7 +539,7 @@ class Sandbox:
                     )
                     self.close()
                 self.fresh()
-                if all(self.run(code).status not in ("timeout", "crashed") for code in ledger):
+                if all(self.run(code).status in ("ok", "error") for code in ledger):
                     return True
             return False
 
@@ -480,10 +553,28 @@ class Sandbox:
             spare.ready(deadline)
         kill_members(self._members, keep=self._known_pids())
 
+    def _await_strays(self, deadline: float) -> None:
+        """Wait until the processes a sweep killed are gone (their files and memory freed)."""
+        while time.monotonic() < deadline:
+            known = self._known_pids()
+            if not [p for p in self._members.all() if p not in known and not exited(p)]:
+                return
+            time.sleep(0.01)
+
     def _install(self, parent: Proc, key: int | str, seed: int | None) -> None:
         """Make a fork of `parent` the live interpreter: its ready spare, else a new fork."""
         spare = self._spares.pop(key, None)
-        if spare is not None and spare.ready(time.monotonic() + self.config.fork_timeout_s):
+        if parent.pid is not None and stopped(parent.pid):
+            # a cell stopped the parked process (SIGSTOP): its spares would never answer, and a
+            # restored cell would report a timeout it did not cause
+            if spare is not None:
+                spare.kill()
+            raise SandboxError("a parked sandbox process was stopped by a signal")
+        if (
+            spare is not None
+            and spare.ready(time.monotonic() + self.config.fork_timeout_s)
+            and not stopped(spare.pid)  # type: ignore[arg-type]
+        ):
             new = spare
         else:
             if spare is not None:
@@ -569,9 +660,23 @@ class Sandbox:
         finally:
             theirs.close()
             spare_theirs.close()
-        ack, _pid = recv(self._live.chan, deadline, self._seq)  # type: ignore[union-attr]
         snap = Proc(mine, self._members)
-        msg, pid = recv(mine, deadline) if ack is not None else (None, None)
+        try:
+            ack, _pid = recv(self._live.chan, deadline, self._seq, schemas=(ACK, REFUSED))  # type: ignore[union-attr]
+        except Malformed as e:
+            snap.kill()
+            spare_mine.close()
+            self._compromised(e, time.monotonic())
+            return None, None
+        if ack is not None and "refused" in ack:
+            snap.kill()
+            spare_mine.close()
+            self._refused(ack["refused"])
+            return None, None
+        try:
+            msg, pid = recv(mine, deadline) if ack is not None else (None, None)
+        except Malformed:
+            msg, pid = None, None
         if not snap.adopt(msg, pid) or not msg.get("files", True):  # type: ignore[union-attr]
             snap.kill()
             spare_mine.close()
@@ -680,13 +785,6 @@ class Sandbox:
                     time.sleep(0.02)
         self._cgroups = []
         self._cgroup = None
-
-
-def _int(value: Any) -> int:
-    try:
-        return max(0, int(value))
-    except (TypeError, ValueError):
-        return 0
 
 
 def _stale_cgroups(base: str) -> list[Path]:

@@ -168,7 +168,7 @@ def test_interpreter_is_seeded_and_isolated(math_env):
 
 
 def test_fallback_without_namespaces_still_blocks_network(closer, fast_sandbox):
-    env = MathEnv(sandbox={**fast_sandbox, "isolation": "none"})
+    env = MathEnv(sandbox={**fast_sandbox, "isolation": "none", "allow_unsafe_host": True})
     try:
         env.reset(seed=0, options={"task": 0})
         assert env.sandbox.isolation["netns"] is False

@@ -142,11 +142,12 @@ HOSTILE = [
         {"crashed", "timeout"},
         "",
     ),
+    # a reply that breaks the protocol: the interpreter is compromised, the sandbox restarted
     (
         "forge_replies",
         'import os\nfor fd in range(3, 64):\n    try:\n        os.write(fd, b\'{"output": "forged", "seq": -1}\')\n    except OSError:\n        pass\nprint(\'real\')',
-        {"ok"},
-        "real",
+        {"compromised"},
+        "SandboxViolation",
     ),
     (
         "poke_other_processes",
@@ -218,3 +219,209 @@ def test_hostile_cell_is_contained(hostile_env, name, code, statuses, expect):
             "```python\nimport random\nrandom.seed(7)\ndef keep(x):\n    return x * 2\nstate = 21\n```"
         )
     assert not Path(Path(__file__).resolve().parents[2] / "PWNED").exists()
+
+
+# --------------------------------------------------------------------------- forged messages
+#: a cell that finds its own channel (the inherited SOCK_SEQPACKET descriptor) and the
+#: sequence number of the request it is running under (a local of the worker's loop), and
+#: sends the env PAYLOAD as the reply, with SEQ replaced by that number
+FORGE = """
+import os, socket, sys
+frame = sys._getframe()
+while frame is not None and not isinstance(frame.f_locals.get("msg"), dict):
+    frame = frame.f_back
+payload = PAYLOAD.replace(b"SEQ", str(frame.f_locals["msg"]["seq"]).encode())
+for fd in range(3, 64):
+    try:
+        chan = socket.socket(fileno=os.dup(fd))
+    except OSError:
+        continue
+    if chan.type == socket.SOCK_SEQPACKET:
+        chan.send(payload)
+    chan.close()
+"""
+_REST = 'b\', "error": null, "threads": 0, "limit": null, "seq": SEQ}\''
+#: each forgery as a Python expression the cell evaluates (the big ones would not fit a cell)
+FORGERIES = {
+    "deep_json": "b'{\"output\": ' + b'[' * 100_000 + b']' * 100_000 + b', \"seq\": SEQ}'",
+    "infinite_total": 'b\'{"output": "x", "total_chars": Infinity\' + ' + _REST,
+    "huge_float_threads": 'b\'{"output": "x", "total_chars": 1, "error": null, '
+    '"threads": 1e400, "limit": null, "seq": SEQ}\'',
+    "float_for_int": 'b\'{"output": "x", "total_chars": 1.0\' + ' + _REST,
+    "bool_for_int": 'b\'{"output": "x", "total_chars": true\' + ' + _REST,
+    "negative_total": 'b\'{"output": "x", "total_chars": -5\' + ' + _REST,
+    "over_the_cap": "b'{\"output\": \"' + b'A' * 3_670_031 + b'\", \"total_chars\": 3670031' + "
+    + _REST,
+    "list_output": 'b\'{"output": ["x"], "total_chars": 1\' + ' + _REST,
+    "unknown_key": 'b\'{"output": "x", "total_chars": 1, "pwn": 1\' + ' + _REST,
+    "not_json": "b'\\xff\\xfe{{{ not json'",
+}
+
+
+@pytest.mark.parametrize("name", sorted(FORGERIES))
+def test_forged_message_is_a_compromise_not_an_exception(hostile_env, name):
+    """Every forgery the issue lists: an observation that says so, state rolled back, 0 raises."""
+    env = hostile_env
+    env.reset(seed=0, options={"task": 0})
+    env.step("```python\nstate = 21\n```")
+    ck = env.checkpoint()
+    code = f"PAYLOAD = {FORGERIES[name]}\n{FORGE}\nstate = 'overwritten'\nprint('sent')"
+    obs, reward, term, _trunc, info = env.step(f"```python\n{code}\n```")
+    assert info["status"] == "compromised" and info["rolled_back"], (name, info, obs[:300])
+    assert "SandboxViolation" in obs and len(obs) < 1000, obs[:300]
+    assert not term and reward == 0.0
+    obs, *_ = env.step("```python\nprint(state * 2)\n```")  # the cell's state was rolled back
+    assert "42" in obs, (name, obs)
+    env.restore(ck)
+    obs, *_ = env.step("```python\nprint(state + 1)\n```")
+    assert "22" in obs, (name, obs)
+    env.release(ck)
+
+
+def test_a_well_formed_forgery_is_only_output(hostile_env):
+    """A reply that keeps the protocol says no more than the cell could print itself."""
+    env = hostile_env
+    env.reset(seed=0, options={"task": 0})
+    payload = b'{"output": "forged", "total_chars": 6, "error": null, "threads": 0, "limit": null, "seq": SEQ}'
+    code = f"PAYLOAD = {payload!r}\n{FORGE}\nimport time\ntime.sleep(0.2)\nprint('real')"
+    obs, *_, info = env.step(f"```python\n{code}\n```")
+    assert info["status"] == "ok" and "forged" in obs, obs
+    obs, *_ = env.step("```python\nprint(6 * 7)\n```")  # the real, late reply is skipped
+    assert "42" in obs, obs
+
+
+# --------------------------------------------------------------------------- snapshots a cell cannot touch
+def _fresh_episode(env: MathEnv, code: str) -> None:
+    env.reset(seed=0, options={"task": 0})
+    obs, *_, info = env.step(f"```python\n{code}\n```")
+    assert info["status"] == "ok", obs
+
+
+def test_saved_copies_of_files_cannot_be_rewritten(hostile_env):
+    env = hostile_env
+    _fresh_episode(env, "open('data.txt', 'w').write('original')")
+    ck = env.checkpoint()
+    # the attacker rewrites every copy of the file it can find anywhere it may write
+    obs, *_ = env.step(
+        "```python\nimport os\nhits = 0\nfor top in ('/tmp', '/dev', '/var/tmp', '/dev/shm'):\n"
+        "    for root, dirs, files in os.walk(top):\n        if 'data.txt' in files:\n"
+        "            try:\n                open(os.path.join(root, 'data.txt'), 'w').write('tampered')\n"
+        "                hits += 1\n            except OSError:\n                pass\nprint('hits', hits)\n```"
+    )
+    assert "hits" in obs, obs
+    for _ in range(2):  # the first restore takes the spare, the second a new fork
+        env.restore(ck)
+        obs, *_ = env.step("```python\nprint(open('data.txt').read())\n```")
+        assert obs.startswith("```output\noriginal"), obs
+    env.release(ck)
+
+
+def test_all_of_tmp_is_restored_and_fresh_per_episode(hostile_env):
+    env = hostile_env
+    _fresh_episode(env, "x = 1")
+    ck = env.checkpoint()
+    env.step(
+        "```python\nimport os\nopen('/tmp/signal.txt', 'w').write('branch A was here')\n"
+        "os.makedirs('/tmp/d/e')\nopen('/tmp/d/e/f', 'w').write('x')\nos.chmod('/tmp/d', 0o500)\n```"
+    )
+    check = (
+        "```python\nimport os\n"
+        "print(os.path.exists('/tmp/signal.txt'), os.path.exists('/tmp/d'), x)\n```"
+    )
+    env.restore(ck)
+    obs, *_ = env.step(check)
+    assert obs.startswith("```output\nFalse False 1"), obs
+    env.release(ck)
+    # a later episode cannot read what an earlier one left in /tmp
+    env.step("```python\nopen('/tmp/signal.txt', 'w').write('episode 1')\n```")
+    _fresh_episode(env, "x = 2")
+    obs, *_ = env.step(check)
+    assert obs.startswith("```output\nFalse False 2"), obs
+
+
+FILL_DISK = """
+import os, time
+open('data.bin', 'r+b').truncate(0)
+r, w = os.pipe()
+if os.fork() == 0:
+    fds, i = [], 0
+    try:
+        while True:
+            path = f'/tmp/fill{i}'
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT)
+            os.unlink(path)  # held open: a restore that clears /tmp cannot free it
+            fds.append(fd)
+            for _ in range(15):
+                os.write(fd, b'0' * (1 << 20))
+            i += 1
+    except OSError:
+        pass
+    os.write(w, b'x')
+    time.sleep(600)
+os.read(r, 1)
+print('disk full')
+"""
+
+
+def test_a_restore_onto_a_full_disk_falls_back_to_replay(hostile_env):
+    env = hostile_env
+    _fresh_episode(env, "open('data.bin', 'wb').write(b'1' * (10 << 20))\nstate = 21")
+    ck = env.checkpoint()
+    obs, *_ = env.step(f"```python\n{FILL_DISK}\n```")
+    assert "disk full" in obs, obs
+    env.restore(ck)
+    obs, *_, info = env.step(
+        "```python\nimport os\n"
+        "print(os.path.getsize('data.bin'), open('data.bin', 'rb').read(3), state)\n```"
+    )
+    assert info["status"] == "ok" and obs.startswith("```output\n10485760 b'111' 21"), obs
+    env.release(ck)
+
+
+STOP_ALL = """
+import os, signal
+for p in os.listdir('/proc'):
+    if p.isdigit() and int(p) not in (os.getpid(), 1):
+        try:
+            os.kill(int(p), signal.SIGSTOP)
+        except OSError:
+            pass
+print('tampered')
+"""
+LOWER_LIMITS = """
+import os, resource
+for p in os.listdir('/proc'):
+    if p.isdigit() and int(p) not in (os.getpid(), 1):
+        try:
+            resource.prlimit(int(p), resource.RLIMIT_NOFILE, (8, 8))
+        except (OSError, ValueError):
+            pass
+print('tampered')
+"""
+
+
+@pytest.mark.parametrize("attack", [STOP_ALL, LOWER_LIMITS], ids=["sigstop", "prlimit"])
+def test_tampered_parked_processes_never_falsify_a_branch(leftovers, attack):
+    """A cell stops (or lowers the limits of) every parked process; sibling branches run true."""
+    env = MathEnv(sandbox={"cell_timeout_s": 3.0, "cell_cpu_s": 2.0, "max_snapshots": 4})
+    try:
+        _fresh_episode(env, "state = 21")
+        ck = env.checkpoint()
+        # a timeout first: its sweep adopts every spare, so the restore below hands one over
+        obs, *_, info = env.step("```python\nwhile True:\n    pass\n```")
+        assert info["status"] == "timeout", obs
+        obs, *_ = env.step(f"```python\n{attack}\n```")
+        assert "tampered" in obs, obs
+        for _ in range(2):
+            env.restore(ck)
+            obs, *_, info = env.step(
+                "```python\nfs = [open('/dev/null') for _ in range(20)]\nprint(len(fs), state * 2)\n```"
+            )
+            assert info["status"] == "ok" and obs.startswith("```output\n20 42"), obs
+        _fresh_episode(env, "y = 3")  # a new episode, from the (also tampered) pristine zygote
+        obs, *_, info = env.step("```python\nprint(y + 1)\n```")
+        assert info["status"] == "ok" and "4" in obs, obs
+    finally:
+        uid = env.sandbox.isolation.get("uid")
+        env.close()
+    assert leftovers(uid) == []

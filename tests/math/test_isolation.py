@@ -18,7 +18,9 @@ import pytest
 from trace_gym.envs.math import isolation, seccomp
 from trace_gym.envs.math._judge import canonical_equal
 from trace_gym.envs.math.env import MathEnv
-from trace_gym.envs.math.sandbox import Sandbox, SandboxConfig
+from trace_gym.envs.math.sandbox import Sandbox, SandboxConfig, SandboxError
+
+from trace_gym.errors import ConfigError
 
 ROOT = os.geteuid() == 0
 CHECKOUT = Path(__file__).resolve().parents[2]
@@ -100,6 +102,43 @@ def test_auto_falls_back_with_a_warning(monkeypatch, caplog):
     monkeypatch.setattr(isolation.os, "geteuid", lambda: 1000)
     assert isolation.choose_mode("auto") == "none"
     assert "WITHOUT ISOLATION" in caplog.text
+
+
+def test_no_isolation_needs_an_explicit_allow_unsafe_host(caplog):
+    with pytest.raises(ConfigError, match="allow_unsafe_host=True"):
+        SandboxConfig(isolation="none")
+    with pytest.raises(ConfigError, match="allow_unsafe_host=True"):
+        MathEnv(sandbox={"isolation": "none"})
+    sb = Sandbox(SandboxConfig(**FAST, isolation="none", allow_unsafe_host=True))
+    try:
+        sb.start()
+        assert sb.isolation["mode"] == "none"
+        assert "WITHOUT ISOLATION" in caplog.text  # loud at every start, even when asked for
+    finally:
+        sb.close()
+
+
+def test_auto_never_falls_back_to_no_isolation_silently(monkeypatch):
+    monkeypatch.setattr(isolation, "bwrap_problem", lambda: "bwrap is not installed")
+    monkeypatch.setattr(isolation.os, "geteuid", lambda: 1000)
+    sb = Sandbox(SandboxConfig(**FAST))
+    with pytest.raises(SandboxError) as e:
+        sb.start()
+    assert "bubblewrap" in str(e.value) and "none" not in str(e.value), e.value
+    assert not sb.started
+    sb.close()
+
+
+def test_start_up_errors_never_suggest_no_isolation(monkeypatch):
+    def launch_nothing(_spec, **popen):  # a sandbox that dies before it says anything
+        return subprocess.Popen(["true"], **popen)
+
+    monkeypatch.setattr(isolation, "launch", launch_nothing)
+    sb = Sandbox(SandboxConfig(**FAST, start_timeout_s=10))
+    with pytest.raises(SandboxError) as e:
+        sb.start()
+    assert "did not start" in str(e.value) and "none" not in str(e.value), e.value
+    sb.close()
 
 
 def test_env_info_says_which_isolation():
@@ -206,7 +245,8 @@ import os, socket, struct, sys
 w = sys.modules['__main__']
 victim = {victim}
 def forged(chan, msg, fds=None):
-    msg = dict(msg, pid=victim, init_pid=victim)
+    # the message itself keeps the protocol: a pid in it would be an unknown key, which the
+    # host treats as a compromise (test_hostile's forgeries); only the credentials lie
     data = w.json.dumps(msg).encode()
     anc = [(socket.SOL_SOCKET, socket.SCM_CREDENTIALS, struct.pack('iII', victim, os.getuid(), os.getgid()))]
     if fds:
@@ -224,7 +264,7 @@ print('patched')
 @pytest.mark.parametrize("mode", MODES)
 def test_forged_pids_never_reach_a_host_process(mode, canaries):
     victims = [subprocess.Popen(["sleep", "600"]) for _ in range(2)]
-    env = MathEnv(sandbox={**FAST, "isolation": mode})
+    env = MathEnv(sandbox={**FAST, "isolation": mode, "allow_unsafe_host": mode == "none"})
     try:
         env.reset(seed=0, options={"task": 0})
         for victim in victims:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from trace_gym.envs.math._proc import REFUSED, Malformed, decode, reply_schema
 from trace_gym.envs.math.protocol import extract_boxed, format_cell, parse_action
 
 
@@ -119,3 +120,39 @@ def test_a_flood_of_unclosed_openers_is_parsed_in_linear_time():
         ("```python\n", "code"),
     ):  # each fence closes the one before
         assert parse_action(opener * (200_000 // len(opener))).kind == kind
+
+
+# ----------------------------------------------------------------------------- host-side decoding
+REPLY = (
+    b'{"output": "hi\\n", "total_chars": 3, "error": null, "threads": 0, "limit": null, "seq": 7}'
+)
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b'{"output": ' + b"[" * 100_000 + b"]" * 100_000 + b', "seq": 7}',
+        REPLY.replace(b'"total_chars": 3', b'"total_chars": Infinity'),
+        REPLY.replace(b'"threads": 0', b'"threads": 1e400'),
+        REPLY.replace(b'"threads": 0', b'"threads": NaN'),
+        REPLY.replace(b'"threads": 0', b'"threads": 2.0'),
+        REPLY.replace(b'"threads": 0', b'"threads": true'),
+        REPLY.replace(b'"total_chars": 3', b'"total_chars": 1'),  # fewer than the output has
+        REPLY.replace(b'"hi\\n"', b'"' + b"A" * 4001 + b'"'),  # over max_output_chars
+        REPLY.replace(b'"seq": 7', b'"seq": 7, "pid": 1'),
+        REPLY.replace(b'"limit": null', b'"limit": "memory"'),
+        b'{"output": "x"}',
+        b"[1, 2]",
+        b"\xff\xfe",
+        b" " * (5 << 20),
+    ],
+    ids=lambda d: d[:24].decode("latin-1"),
+)
+def test_every_malformed_reply_is_refused(data):
+    with pytest.raises(Malformed):
+        decode(data, (reply_schema(4000), REFUSED))
+
+
+def test_a_valid_reply_decodes():
+    assert decode(REPLY, (reply_schema(4000), REFUSED))["output"] == "hi\n"
+    assert decode(b'{"refused": "why", "seq": 1}', (reply_schema(4000), REFUSED))["seq"] == 1
