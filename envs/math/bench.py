@@ -336,13 +336,8 @@ def main(argv: list[str]) -> int:
         "--verifier-deadline", type=float, default=3.0, help="verifier deadline (s) for that test"
     )
     args = p.parse_args(argv)
-    res = run_bench(
-        seconds=args.seconds,
-        repeats=args.repeats,
-        hostile_checkpoints=args.hostile_checkpoints,
-        slow_answers=args.slow_answers,
-        verifier_deadline_s=args.verifier_deadline,
-    )
+    extras = (args.hostile_checkpoints, args.slow_answers, args.verifier_deadline)
+    res = run_bench(args.seconds, args.repeats, 8, *extras)
     for key, value in res.items():
         if key in ("layers", "layer_cost"):
             continue
