@@ -173,10 +173,12 @@ class VerifierUnavailable(TraceGymError, RuntimeError):
     """The verifier worker process could not be started."""
 
 
-#: every worker is launched from this one long-lived thread: bwrap's --die-with-parent (a
-#: parent-death signal) fires when the *thread* that spawned it ends, so a worker started
-#: from a short-lived thread (a background replacement, a caller's thread pool) would die
-_LAUNCHER = ThreadPoolExecutor(1, thread_name_prefix="math-verifier-launch")
+#: every worker is launched from these long-lived threads (an executor's threads live as long
+#: as it does): bwrap's --die-with-parent (a parent-death signal) fires when the *thread* that
+#: spawned it ends, so a worker started from a short-lived thread (a background replacement, a
+#: caller's thread pool) would die with it. Several, so a standby's start does not delay a
+#: replacement's
+_LAUNCHER = ThreadPoolExecutor(4, thread_name_prefix="math-verifier-launch")
 
 
 def _new_worker(start_timeout_s: float) -> _Worker:
