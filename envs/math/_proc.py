@@ -25,6 +25,7 @@ import select
 import signal
 import socket
 import struct
+import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -407,11 +408,49 @@ class Proc:
             return False
         return not dying(self.pid)
 
-    def kill(self) -> None:
+    def kill(self, wait_s: float = 0.0) -> None:
+        """SIGKILL through the pidfd; with `wait_s`, wait up to that long for the exit."""
         self.killed = True
         if self.pidfd is not None:
             with contextlib.suppress(OSError):
                 signal.pidfd_send_signal(self.pidfd, signal.SIGKILL)
+                if wait_s > 0:
+                    select.select([self.pidfd], [], [], wait_s)
             os.close(self.pidfd)
             self.pidfd = None
         self.chan.close()
+
+
+def await_reaped(members: Members, keep: set[int], timeout_s: float = 2.0) -> bool:
+    """Wait until no member outside `keep` is left, zombies included; True if none is.
+
+    Killing an outer process while its children still exist would hand them to the host's
+    init (or the nearest subreaper), which is the env's own process in a container whose
+    pid 1 is the training script: they would stay zombies there. Teardown waits for the
+    sandbox's own init to reap each layer before it stops the next one out.
+    """
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if not members.all() - keep:
+            return True
+        time.sleep(0.005)
+    return not members.all() - keep
+
+
+def stop_spawned(proc: subprocess.Popen, members: Members, *, wrapper: bool) -> None:
+    """Stop a process the host spawned and everything under it, inside-out, reaping each.
+
+    With ``wrapper`` (bwrap) the spawned process exits by itself once its child, the
+    sandbox's pid 1, is gone, and reaps it; killing the wrapper first would leave that child
+    to the host's init. Otherwise the spawned process is the worker itself.
+    """
+    if proc.poll() is None:
+        kill_members(members, keep={proc.pid})
+        await_reaped(members, {proc.pid})
+        if wrapper:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(2)
+        if proc.poll() is None:
+            proc.kill()  # a Popen the host spawned: its own pidfd-safe handle
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(5)

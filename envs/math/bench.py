@@ -12,18 +12,27 @@ print) - both until `restore` returns (a fork restore hands over the snapshot's
 pre-forked spare) and until a first cell has answered (which includes the copy-on-write
 faults a fork pays later), plus the fork path without spares; and the memory a parked
 snapshot holds privately (its unique set size, parked process plus its spare).
+
+Also (issue 26): a hostile tree-search episode's peak memory against the sandbox's memory
+total (a 250 MiB buffer rewritten after each checkpoint, then ten 250 MiB children), read
+from the sandbox's memory cgroup, with the sampled sum of its processes' PSS beside it;
+and how long an honest answer that needs math-verify waits while slow answers are in
+flight, for the pool at its cap (4 workers) and at its default size.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import statistics
+import threading
 import time
 from pathlib import Path
 from typing import Any
 
 from trace_gym.envs.math.sandbox import Sandbox, SandboxConfig
+from trace_gym.envs.math.verify import VerifierPool, default_workers
 
 from trace_gym.cli import Parser
 
@@ -174,7 +183,99 @@ def _snapshot_memory(snapshots: int) -> dict[str, Any]:
         sb.close()
 
 
-def run_bench(seconds: float = 2.0, repeats: int = 20, snapshots: int = 8) -> dict[str, Any]:
+#: a tree-search episode that tries to take the sandbox past its memory total: a buffer
+#: rewritten after every checkpoint (each parked snapshot keeps the old pages, copy-on-write)
+HOSTILE_BUFFER = "import numpy as np\nbuf = np.ones({mb} << 20, dtype=np.uint8)"
+HOSTILE_REWRITE = "buf[:] = (int(buf[0]) + 1) % 250"
+#: ten children that each stay under RLIMIT_AS; their sum does not
+HOSTILE_CHILDREN = (
+    "import os, time\nkids = []\nfor _ in range(10):\n    pid = os.fork()\n"
+    "    if pid == 0:\n        b = b'x' * ({mb} << 20)\n        time.sleep(2)\n        os._exit(0)\n"
+    "    kids.append(pid)\nfor p in kids:\n    os.waitpid(p, 0)"
+)
+#: an answer math-verify cannot finish (it overruns any deadline), and one it decides at once
+SLOW_ANSWER, HONEST = ("9^{9^{9^{9^{9}}}}", "3"), ("\\frac{1}{2}", "0.5")
+
+
+def _pss_mb(pids: list[int]) -> float:
+    """Proportional set size summed over `pids` (shared pages split between their users)."""
+    total = 0
+    for pid in pids:
+        with contextlib.suppress(OSError), open(f"/proc/{pid}/smaps_rollup") as f:
+            total += sum(int(line.split()[1]) for line in f if line.startswith("Pss:"))
+    return total / 1024
+
+
+def hostile_memory(checkpoints: int = 16, buffer_mb: int = 250) -> dict[str, Any]:
+    """Peak memory of a hostile tree-search episode, against the sandbox's memory total."""
+    sb = Sandbox(SandboxConfig())
+    try:
+        sb.run(HOSTILE_BUFFER.format(mb=buffer_mb))
+        pss = [_pss_mb(sb.pids())]
+        handles = []
+        for _ in range(checkpoints):
+            handles.append(sb.snapshot())
+            sb.run(HOSTILE_REWRITE)
+            pss.append(_pss_mb(sb.pids()))
+        children = sb.run(HOSTILE_CHILDREN.format(mb=buffer_mb))
+        use = sb.memory()
+        return {
+            "memory_total_mb": sb.config.memory_total_mb,
+            "memory_cgroup": sb.isolation.get("memory_cgroup"),
+            "peak_mb": round(use.peak_mb, 1) if use else None,
+            "pss_peak_mb": round(max(pss), 1),
+            "checkpoints": checkpoints,
+            "buffer_mb": buffer_mb,
+            "snapshots_parked": sb.num_snapshots,
+            "snapshots_evicted": sb.evicted_for_memory,
+            "oom_kills": use.oom_kills if use else None,
+            "children_cell": children.status,
+        }
+    finally:
+        sb.close()
+
+
+def _in_flight(pool: VerifierPool, slow: int) -> float:
+    """Seconds an honest answer waits with `slow` overrunning answers already in flight."""
+    threads = [threading.Thread(target=pool.check, args=SLOW_ANSWER) for _ in range(slow)]
+    for t in threads:
+        t.start()
+    time.sleep(0.5)  # let them reach their workers
+    t0 = time.perf_counter()
+    assert pool.check(*HONEST).get("math_verify") is True
+    wait = time.perf_counter() - t0
+    for t in threads:
+        t.join()
+    return wait
+
+
+def verifier_waits(deadline_s: float = 3.0, slow: int = 4) -> dict[str, Any]:
+    """How long an honest answer that needs math-verify waits behind `slow` overrunning ones."""
+    out: dict[str, Any] = {"deadline_s": deadline_s, "slow_in_flight": slow}
+    for name, workers in (("cap", 4), ("default", default_workers())):
+        pool = VerifierPool(workers=workers, timeout_s=deadline_s)
+        try:
+            warm = [threading.Thread(target=pool.check, args=HONEST) for _ in range(workers)]
+            for t in warm:
+                t.start()
+            for t in warm:
+                t.join()
+            for t in list(pool._threads):  # noqa: SLF001 - the standby is up before timing
+                t.join()
+            out[f"honest_wait_s_{name}_{workers}_workers"] = round(_in_flight(pool, slow), 2)
+        finally:
+            pool.close()
+    return out
+
+
+def run_bench(
+    seconds: float = 2.0,
+    repeats: int = 20,
+    snapshots: int = 8,
+    hostile_checkpoints: int = 16,
+    slow_answers: int = 4,
+    verifier_deadline_s: float = 3.0,
+) -> dict[str, Any]:
     """The benchmark figures as a dict: the default configuration's, then every layer's.
 
     All configurations run at once in one process and are measured round-robin
@@ -207,6 +308,8 @@ def run_bench(seconds: float = 2.0, repeats: int = 20, snapshots: int = 8) -> di
         "layers": layers,
         "layer_cost_vs": "namespaces" if "namespaces" in layers else "none",
         "layer_cost": cost,
+        "hostile_memory": hostile_memory(hostile_checkpoints) if hostile_checkpoints else {},
+        "verifier": verifier_waits(verifier_deadline_s, slow_answers) if slow_answers else {},
         "load_average_1m": round(os.getloadavg()[0], 2),
         "cpu_count": os.cpu_count(),
     }
@@ -217,10 +320,29 @@ def main(argv: list[str]) -> int:
     p.add_argument("--json", type=Path, help="also write the figures to this JSON file")
     p.add_argument("--seconds", type=float, default=2.0, help="duration of the cells/s measurement")
     p.add_argument("--repeats", type=int, default=20, help="restores measured per method")
+    p.add_argument(
+        "--hostile-checkpoints",
+        type=int,
+        default=16,
+        help="checkpoints of the hostile memory episode (0 skips it)",
+    )
+    p.add_argument(
+        "--slow-answers",
+        type=int,
+        default=4,
+        help="overrunning answers in flight while an honest one is timed (0 skips it)",
+    )
+    p.add_argument(
+        "--verifier-deadline", type=float, default=3.0, help="verifier deadline (s) for that test"
+    )
     args = p.parse_args(argv)
-    res = run_bench(seconds=args.seconds, repeats=args.repeats)
+    extras = (args.hostile_checkpoints, args.slow_answers, args.verifier_deadline)
+    res = run_bench(args.seconds, args.repeats, 8, *extras)
     for key, value in res.items():
         if key in ("layers", "layer_cost"):
+            continue
+        if key in ("hostile_memory", "verifier"):
+            print(f"{key:>28}: " + ", ".join(f"{k}={v}" for k, v in value.items()))
             continue
         goal = GOALS.get(key)
         mark = ""

@@ -101,6 +101,8 @@ class MathEnv(TraceEnv):
         self._sandbox = Sandbox(self.config)
         self._pool: VerifierPool = default_pool(float(verifier_timeout_s))  # shared, closed at exit
         self._ep = _Episode([])
+        self._evicted_seen = 0
+        self._notes: dict[str, Any] = {}  # said in the next step's info
 
     # ------------------------------------------------------------------ tasks
     @property
@@ -128,6 +130,7 @@ class MathEnv(TraceEnv):
 
     def _reset_task(self, task_index: int) -> tuple[str, dict[str, Any]]:
         self._ep = _Episode([])
+        self._notes = {}
         self._sandbox.start()
         self._sandbox.discard_live()
         task = self._tasks.tasks[task_index]
@@ -154,6 +157,7 @@ class MathEnv(TraceEnv):
     def _run_code(self, code: str, blocks: int) -> Transition:
         self._ep.cells += 1
         info: dict[str, Any] = {"action": "code", "cell": self._ep.cells, "code_blocks": blocks}
+        info.update(self._take_notes())
         if len(code) > self.max_code_chars:
             info["status"] = "rejected"
             msg = f"Error: the code block has {len(code)} characters; the limit is {self.max_code_chars}. Nothing was run."
@@ -214,6 +218,15 @@ class MathEnv(TraceEnv):
                 self._sandbox.close()
             self._rebuild()
         return result._replace(status="crashed", error=None)
+
+    def _take_notes(self) -> dict[str, Any]:
+        """Memory-budget events since the last step (evicted snapshots, a replayed restore)."""
+        notes, self._notes = self._notes, {}
+        evicted = self._sandbox.evicted_for_memory
+        if evicted > self._evicted_seen:
+            notes["snapshots_evicted"] = evicted - self._evicted_seen
+        self._evicted_seen = evicted
+        return notes
 
     def _rebuild(self) -> bool:
         """After a timeout or crash: a fresh interpreter that re-ran the ledger."""
@@ -286,6 +299,11 @@ class MathEnv(TraceEnv):
 
     def _restore_local(self, handle: Any, payload: Any) -> bool:
         if not self._sandbox.restore_snapshot(handle):
+            if self._sandbox.was_evicted(handle):
+                self._notes["restore"] = (
+                    "replay: this checkpoint's snapshot was dropped to keep the sandbox under "
+                    "its memory budget"
+                )
             return False
         self._apply(payload)
         return True

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from trace_gym.envs.math import _cgroup as _cg
 from trace_gym.envs.math import isolation as iso
 from trace_gym.envs.math import seccomp
 from trace_gym.envs.math._proc import (
@@ -43,6 +44,7 @@ from trace_gym.envs.math._proc import (
     Malformed,
     Members,
     Proc,
+    await_reaped,
     exited,
     kill_members,
     pidfd_of,
@@ -50,6 +52,7 @@ from trace_gym.envs.math._proc import (
     reply_schema,
     send,
     socketpair,
+    stop_spawned,
     stopped,
 )
 
@@ -79,6 +82,14 @@ class SandboxConfig:
     total_cpu_s: float = 3600.0
     #: address-space limit (RLIMIT_AS) of every sandbox process
     memory_mb: int = 1024
+    #: memory of the whole sandbox - interpreter, its processes, parked snapshots and spares,
+    #: its /tmp - in a memory cgroup (v2 memory.max, or v1 memory.limit_in_bytes)
+    memory_total_mb: int = 4096
+    #: parked snapshots may hold the sandbox above this (default: the total less `memory_mb`, so
+    #: the live interpreter can always grow by its own limit); past it the oldest are dropped
+    #: and restore by ledger replay. Without a memory cgroup, parked snapshots are capped by
+    #: count instead: this budget over `memory_mb`, the most one snapshot can hold privately
+    snapshot_memory_mb: int | None = None
     #: largest file a cell may write (RLIMIT_FSIZE)
     file_size_mb: int = 16
     #: size of the private /tmp that holds the work dir and the snapshots' copies of it
@@ -146,6 +157,18 @@ class SandboxConfig:
             raise ConfigError(
                 "SandboxConfig.memory_mb below 256 cannot hold the interpreter; use >= 256"
             )
+        if self.memory_total_mb < self.memory_mb + 256:
+            raise ConfigError(
+                "SandboxConfig.memory_total_mb must leave 256 MiB above memory_mb, got "
+                f"{self.memory_total_mb} with memory_mb={self.memory_mb}"
+            )
+        if self.snapshot_memory_mb is not None and not (
+            0 < self.snapshot_memory_mb <= self.memory_total_mb
+        ):
+            raise ConfigError(
+                "SandboxConfig.snapshot_memory_mb must be in (0, memory_total_mb], got "
+                f"{self.snapshot_memory_mb!r}"
+            )
         if self.isolation not in iso.MODES:
             raise ConfigError(
                 f"SandboxConfig.isolation must be one of {iso.MODES}, got {self.isolation!r}"
@@ -156,6 +179,18 @@ class SandboxConfig:
                 "isolation; it needs allow_unsafe_host=True to say that is intended"
             )
         self.preload = tuple(self.preload)
+
+    @property
+    def snapshot_budget_mb(self) -> int:
+        """What parked snapshots may hold the sandbox at (see `snapshot_memory_mb`)."""
+        if self.snapshot_memory_mb is not None:
+            return self.snapshot_memory_mb
+        return self.memory_total_mb - self.memory_mb
+
+    @property
+    def uncounted_max_snapshots(self) -> int:
+        """Parked snapshots kept when no memory cgroup counts them (each may own `memory_mb`)."""
+        return max(1, min(self.max_snapshots, self.snapshot_budget_mb // self.memory_mb))
 
 
 class CellResult(NamedTuple):
@@ -203,6 +238,11 @@ class Sandbox:
         self._seq = 0
         self._cgroup: str | None = None
         self._cgroups: list[str] = []
+        self._memcg: str | None = None
+        #: parked snapshots dropped because the sandbox was over `snapshot_budget_mb`
+        self.evicted_for_memory = 0
+        self._evicted: set[int] = set()
+        self._oom_seen = 0
         self._tmpdir: str | None = None
         self._uid: int | None = None
         self._lock = threading.RLock()
@@ -252,8 +292,21 @@ class Sandbox:
         self._uid = None
         if root and self.mode in ("bwrap", "namespaces"):
             self._uid = cfg.uid if cfg.uid is not None else iso.free_uid()
+        self._memcg, self._oom_seen = None, 0
         self._cgroups = self._make_cgroups() if root and self.mode != "none" else []
         self._cgroup = next((c for c in self._cgroups if c.startswith(_CGROUP_V1)), None)
+        if self._memcg is None:
+            log.warning(
+                "math sandbox: NO MEMORY CGROUP could be made (%s), so nothing caps the sandbox's "
+                "total memory at %d MiB; parked snapshots are capped by count instead (%d)",
+                "not root"
+                if not root
+                else "isolation 'none'"
+                if self.mode == "none"
+                else "no writable v2 memory controller or v1 memory hierarchy",
+                cfg.memory_total_mb,
+                cfg.uncounted_max_snapshots,
+            )
         self._tmpdir = tempfile.mkdtemp(prefix="trace-gym-math-")
         if self._uid is not None:
             os.chown(self._tmpdir, self._uid, self._uid)
@@ -379,6 +432,7 @@ class Sandbox:
             "uid_dropped": bwrap and self._uid is not None or bool(report.get("uid_dropped")),
             "uid": self._uid,
             "cgroup": bool(self._cgroups),
+            "memory_cgroup": _cg.version_of(self._memcg) if self._memcg else None,
         }
         if mode == "namespaces" and self._uid is not None and not report.get("uid_dropped"):
             log.warning(
@@ -398,12 +452,17 @@ class Sandbox:
             self._snaps.clear()
             self._spares.clear()
             self._pending_spare = None
-            self._cgroup_kill()
-            kill_members(self._members, keep={self._boot.pid} if self._boot is not None else set())
+            # inside-out, so each process is reaped by its own parent and none is left to the
+            # host's init: every cell and interpreter process first (the sandbox's init reaps
+            # them), then init and the bootstrap (the bootstrap reaps init), then bwrap
+            outer = set(self._infra) | ({self._boot.pid} if self._boot is not None else set())
+            kill_members(self._members, keep=outer)
+            await_reaped(self._members, outer)
+            self._stop_boot()
             for fd in self._infra.values():
                 os.close(fd)
             self._infra = {}
-            self._stop_boot()
+            self._cgroup_kill()  # nothing should be left; a last resort
             self._remove_cgroups()
             if self._tmpdir is not None:
                 shutil.rmtree(self._tmpdir, ignore_errors=True)  # rmtree never follows symlinks
@@ -413,12 +472,11 @@ class Sandbox:
         if self._boot is None:
             return
         with contextlib.suppress(OSError):
-            self._boot.stdin.close()  # type: ignore[union-attr]
+            self._boot.stdin.close()  # the bootstrap kills and reaps init, then exits
         try:
             self._boot.wait(timeout=5)
         except subprocess.TimeoutExpired:
-            self._boot.kill()  # a Popen the host spawned: its own pidfd-safe handle
-            self._boot.wait(timeout=5)
+            stop_spawned(self._boot, self._members, wrapper=self.mode == "bwrap")
         self._boot = None
         self._members = Members([], None)
 
@@ -504,7 +562,25 @@ class Sandbox:
                 )
             timed_out = elapsed >= cfg.cell_timeout_s and live.alive()  # type: ignore[union-attr]
             self._kill_live()
-            return CellResult("timeout" if timed_out else "crashed", "", 0, None, elapsed)
+            error = None
+            if not timed_out and self._oom_killed():
+                error = (
+                    "MemoryError: the sandbox exceeded its memory total "
+                    f"({cfg.memory_total_mb} MiB: the interpreter, its processes and parked snapshots)"
+                )
+            return CellResult("timeout" if timed_out else "crashed", "", 0, error, elapsed)
+
+    def _oom_killed(self) -> bool:
+        """Whether the memory cgroup's OOM killer struck since the last call."""
+        if self._memcg is None:
+            return False
+        kills = _cg.oom_kills(self._memcg)
+        new, self._oom_seen = kills > self._oom_seen, kills
+        return new
+
+    def memory(self) -> _cg.MemoryUse | None:
+        """The sandbox's memory now, at most so far and its limit (None without a memory cgroup)."""
+        return _cg.usage(self._memcg) if self._memcg else None
 
     def _refused(self, reason: str) -> None:
         """A restored interpreter found its files or limits tampered with and did not serve."""
@@ -585,6 +661,10 @@ class Sandbox:
             # spare; processes its cells left behind are swept at the next reset, timeout or close
             self._live.kill()
         self._live = new
+        if self._memcg is not None and new.pid is not None:
+            # over the sandbox's total, the OOM killer takes the live interpreter (or what its
+            # cell started: children inherit this), which the env rolls back, not a snapshot
+            _cg.set_oom_score(new.pid, new.pidfd, 1000)
         if self.config.spares:
             # the next spare is forked after the first cell has answered, so that fork does
             # not compete with the restored interpreter's first (copy-on-write heavy) cell
@@ -641,9 +721,40 @@ class Sandbox:
             self._snaps[sid] = snap
             if spare is not None:
                 self._spares[sid] = spare
-            while len(self._snaps) > self.config.max_snapshots:
+            if self._memcg is not None:
+                _cg.set_oom_score(
+                    snap.pid, snap.pidfd, 0
+                )  # forked from the live one: not the first victim
+            cap = self.config.max_snapshots if self._memcg else self.config.uncounted_max_snapshots
+            while len(self._snaps) > cap:
                 self._drop(next(iter(self._snaps)))
+            self._evict_for_memory()
             return SnapshotHandle(self.token, sid)
+
+    def _evict_for_memory(self) -> None:
+        """Drop the oldest parked snapshots while the sandbox is over `snapshot_budget_mb`.
+
+        Copy-on-write makes a parked snapshot cost what the live interpreter rewrites after
+        it, which only the cgroup's charge shows. The newest snapshot is kept: what it holds
+        privately is still shared with the live interpreter. A dropped one restores by replay.
+        """
+        budget = self.config.snapshot_budget_mb
+        while len(self._snaps) > 1:
+            use = _cg.usage(self._memcg) if self._memcg else None
+            if use is None or use.current_mb <= budget:
+                return
+            sid = next(iter(self._snaps))
+            self._drop(sid, wait_s=1.0)  # its pages are freed as it exits
+            self._evicted.add(sid)
+            self.evicted_for_memory += 1
+
+    def was_evicted(self, handle: Any) -> bool:
+        """Whether `handle`'s snapshot was dropped to keep the sandbox under its memory budget."""
+        return (
+            isinstance(handle, SnapshotHandle)
+            and handle.sandbox == self.token
+            and handle.sid in self._evicted
+        )
 
     def _fork_snapshot(self) -> tuple[Proc | None, Proc | None]:
         mine, theirs = socketpair()
@@ -693,12 +804,12 @@ class Sandbox:
             return snap, None
         return snap, Proc(spare_mine, self._members)
 
-    def _drop(self, sid: int) -> None:
+    def _drop(self, sid: int, wait_s: float = 0.0) -> None:
         if self._pending_spare is not None and self._pending_spare[1] == sid:
             self._pending_spare = None
         for proc in (self._snaps.pop(sid, None), self._spares.pop(sid, None)):
             if proc is not None:
-                proc.kill()
+                proc.kill(wait_s)
 
     def restore_snapshot(self, handle: Any) -> bool:
         """Make a fork of the snapshot the live interpreter; False if it is gone."""
@@ -742,28 +853,12 @@ class Sandbox:
         return known
 
     def _make_cgroups(self) -> list[str]:
-        """A v2 cgroup (membership, cgroup.kill) and a v1 pids cgroup (pids.max), where writable."""
-        name = f"trace_gym_math_{os.getpid()}_{self.token}"  # the owner's pid: see _stale_cgroups
-        made = []
-        for base in (*_CGROUP_V2, _CGROUP_V1):
-            if not os.path.exists(os.path.join(base, "cgroup.procs")) or any(
-                m.startswith(base + "/") for m in made
-            ):
-                continue
-            if base != _CGROUP_V1 and not os.path.exists(os.path.join(base, "cgroup.controllers")):
-                continue
-            for stale in _stale_cgroups(base):
-                with contextlib.suppress(OSError):
-                    stale.rmdir()  # only succeeds when the cgroup holds no process
-            path = os.path.join(base, name)
-            try:
-                os.mkdir(path)
-                if base == _CGROUP_V1:
-                    Path(path, "pids.max").write_text(str(self.process_limit))
-                made.append(path)
-            except OSError:
-                with contextlib.suppress(OSError):
-                    os.rmdir(path)
+        """Cgroups of the sandbox: see `make_cgroups`; sets `_memcg` to the memory-limited one."""
+        made, self._memcg = make_cgroups(
+            f"trace_gym_math_{os.getpid()}_{self.token}",  # the owner's pid: see _stale_cgroups
+            self.config.memory_total_mb,
+            self.process_limit,
+        )
         return made
 
     def _cgroup_kill(self) -> None:
@@ -785,6 +880,48 @@ class Sandbox:
                     time.sleep(0.02)
         self._cgroups = []
         self._cgroup = None
+        self._memcg = None
+
+
+def make_cgroups(name: str, memory_mb: int, pids_max: int | None) -> tuple[list[str], str | None]:
+    """A v2 cgroup (membership, cgroup.kill), a v1 pids cgroup (pids.max) and a memory limit.
+
+    The memory limit goes on the v2 cgroup where its hierarchy has the memory controller,
+    else on a v1 memory cgroup. Returns the cgroups made and the memory-limited one (None
+    if the kernel offers neither). Only what is writable is made.
+    """
+    made: list[str] = []
+    memcg = None
+    for base in (*_CGROUP_V2, _CGROUP_V1, _cg.V1_MEMORY):
+        if not os.path.exists(os.path.join(base, "cgroup.procs")) or any(
+            m.startswith(base + "/") for m in made
+        ):
+            continue
+        v2 = base in _CGROUP_V2
+        if v2 and not os.path.exists(os.path.join(base, "cgroup.controllers")):
+            continue
+        if (base == _cg.V1_MEMORY and memcg is not None) or (base == _CGROUP_V1 and not pids_max):
+            continue
+        for stale in _stale_cgroups(base):
+            with contextlib.suppress(OSError):
+                stale.rmdir()  # only succeeds when the cgroup holds no process
+        memory = base == _cg.V1_MEMORY or (v2 and _cg.v2_memory_ready(base))
+        path = os.path.join(base, name)
+        try:
+            os.mkdir(path)
+        except OSError:
+            continue
+        try:
+            if base == _CGROUP_V1:
+                Path(path, "pids.max").write_text(str(pids_max))
+            if memory:
+                _cg.apply_limit(path, "v2" if v2 else "v1", memory_mb)
+                memcg = path
+            made.append(path)
+        except OSError:
+            with contextlib.suppress(OSError):
+                os.rmdir(path)
+    return made, memcg
 
 
 def _stale_cgroups(base: str) -> list[Path]:

@@ -22,17 +22,21 @@ import contextlib
 import json
 import logging
 import os
+import secrets
 import select
 import subprocess
 import sys
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, NamedTuple
 
 from trace_gym.envs.math import _judge
 from trace_gym.envs.math import isolation as iso
 from trace_gym.envs.math._judge import canonical_equal, judge, normalize, parse_math, to_sympy
+from trace_gym.envs.math._proc import Members, stop_spawned
+from trace_gym.envs.math.sandbox import make_cgroups
 
 from trace_gym.errors import ConfigError, TraceGymError
 
@@ -90,6 +94,13 @@ class _Worker:
     def _start(self, start_timeout_s: float) -> None:
         root = os.geteuid() == 0
         bwrap = self.mode == "bwrap"
+        self.cgroups: list[str] = []
+        self.memcg: str | None = None
+        if root and self.mode != "none":
+            # a memory total for the worker and everything sympy makes it start (RLIMIT_AS is
+            # per process); also what lets `kill` find every process of it
+            name = f"trace_gym_math_{os.getpid()}_v{secrets.token_hex(6)}"
+            self.cgroups, self.memcg = make_cgroups(name, WORKER_MEMORY_MB, None)
         inside = iso.exposed_path(_JUDGE) if bwrap else str(_JUDGE)
         env = {
             "PYTHONHASHSEED": "0",
@@ -111,6 +122,7 @@ class _Worker:
             expose={str(_JUDGE): inside},
             tmpfs_mb=16,
             env=env,
+            cgroups=self.cgroups,
             self_isolating=False,
         )
         try:
@@ -122,6 +134,7 @@ class _Worker:
                 text=True,
             )
         except (OSError, subprocess.SubprocessError) as e:
+            self._remove_cgroups()
             raise VerifierUnavailable(
                 f"the math verifier worker could not be launched ({self.mode}): {e}"
             ) from e
@@ -142,85 +155,188 @@ class _Worker:
             return None
 
     def kill(self) -> None:
-        self.proc.kill()  # the process the host spawned (bwrap takes its sandbox down with it)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self.proc.wait(5)
+        """Stop the worker inside-out (bwrap last), so each process is reaped by its parent."""
+        stop_spawned(self.proc, Members(self.cgroups, self.proc.pid), wrapper=self.mode == "bwrap")
         for f in (self.proc.stdin, self.proc.stdout):
             with contextlib.suppress(OSError):
                 f.close()  # type: ignore[union-attr]
+        self._remove_cgroups()
+
+    def _remove_cgroups(self) -> None:
+        for cg in self.cgroups:
+            with contextlib.suppress(OSError):
+                os.rmdir(cg)
+        self.cgroups = []
 
 
 class VerifierUnavailable(TraceGymError, RuntimeError):
     """The verifier worker process could not be started."""
 
 
+#: every worker is launched from these long-lived threads (an executor's threads live as long
+#: as it does): bwrap's --die-with-parent (a parent-death signal) fires when the *thread* that
+#: spawned it ends, so a worker started from a short-lived thread (a background replacement, a
+#: caller's thread pool) would die with it. Several, so a standby's start does not delay a
+#: replacement's
+_LAUNCHER = ThreadPoolExecutor(4, thread_name_prefix="math-verifier-launch")
+
+
+def _new_worker(start_timeout_s: float) -> _Worker:
+    return _LAUNCHER.submit(_Worker, start_timeout_s).result()
+
+
+def default_workers() -> int:
+    """Verifier workers per pool: one per core, at least 2 and at most 4."""
+    return min(4, max(2, os.cpu_count() or 1))
+
+
 class VerifierPool:
-    """Worker processes that run `judge` under a hard deadline (killed when they overrun)."""
+    """Worker processes that run `judge`, each answer under its own hard deadline.
+
+    Up to `workers` answers are checked at once. A worker that overruns is killed and
+    replaced off the caller's path: a warm standby (started in the background at first use)
+    takes its place at once, so answers waiting for a worker wait for the next one to free,
+    at most one deadline, never for a start-up; a new standby is then started.
+    """
 
     def __init__(
         self,
-        workers: int = 1,
+        workers: int | None = None,
         timeout_s: float = 10.0,
         inner_timeout_s: int = 3,
         start_timeout_s: float = 60.0,
+        standby: bool = True,
     ):
+        workers = default_workers() if workers is None else workers
         if workers < 1 or timeout_s <= 0 or inner_timeout_s < 1:
             raise ConfigError(
                 "VerifierPool needs workers >= 1, timeout_s > 0 and inner_timeout_s >= 1"
             )
+        self.workers, self.standby = workers, standby
         self.timeout_s, self.inner_timeout_s, self.start_timeout_s = (
             timeout_s,
             inner_timeout_s,
             start_timeout_s,
         )
-        self._free: list[_Worker] = []
-        self._slots = threading.Semaphore(workers)
-        self._lock = threading.Lock()
-        self._all: list[_Worker] = []
+        self._cond = threading.Condition()
+        self._idle: list[_Worker] = []
+        self._serving = 0  # workers idle, busy or starting for service
+        self._spare: _Worker | None = None
+        self._spare_starting = False
+        self._threads: list[threading.Thread] = []
+        self._closed = False
+        #: workers killed for overrunning their deadline (each replaced)
+        self.killed = 0
 
-    def _take(self) -> _Worker:
-        with self._lock:
-            if self._free:
-                return self._free.pop()
-        worker = _Worker(self.start_timeout_s)
-        with self._lock:
-            self._all.append(worker)
-        return worker
+    def _background(self, target: Any, *args: Any) -> None:
+        thread = threading.Thread(target=target, args=args, daemon=True)
+        with self._cond:
+            self._threads = [t for t in self._threads if t.is_alive()]
+            self._threads.append(thread)
+        thread.start()
 
-    def check(self, pred: str, ref: str, string_match: bool = True) -> dict[str, Any]:
+    def _acquire(self) -> _Worker:
+        """An idle worker, a new one while the pool is below `workers`, else wait for one."""
+        with self._cond:
+            if self.standby and self._spare is None and not self._spare_starting:
+                self._spare_starting = True
+                self._background(self._start_spare)
+            while not self._idle and self._serving >= self.workers:
+                self._cond.wait()
+            if self._idle:
+                return self._idle.pop()
+            self._serving += 1
+        try:
+            return _new_worker(self.start_timeout_s)
+        except VerifierUnavailable:
+            with self._cond:
+                self._serving -= 1
+                self._cond.notify()
+            raise
+
+    def _release(self, worker: _Worker) -> None:
+        with self._cond:
+            if self._closed:
+                self._serving -= 1
+            else:
+                self._idle.append(worker)
+                self._cond.notify()
+                return
+        worker.kill()
+
+    def _replace(self, worker: _Worker) -> None:
+        """Put the standby in a killed worker's place (or free its slot), then kill it."""
+        with self._cond:
+            self.killed += 1
+            spare, self._spare = self._spare, None
+            if spare is not None and not self._closed:
+                self._idle.append(spare)
+            else:
+                self._serving -= 1
+                if spare is not None:
+                    self._background(spare.kill)
+            if self.standby and not self._spare_starting and not self._closed:
+                self._spare_starting = True
+                self._background(self._start_spare)
+            self._cond.notify()
+        self._background(worker.kill)  # reaping it takes a moment: nobody waits for that
+
+    def _start_spare(self) -> None:
+        try:
+            spare = _new_worker(self.start_timeout_s)
+        except VerifierUnavailable as e:
+            log.warning("math verifier: the standby worker did not start: %s", e)
+            spare = None
+        with self._cond:
+            self._spare_starting = False
+            if spare is not None and (self._closed or self._spare is not None):
+                extra, spare = spare, None
+            else:
+                extra = None
+                self._spare = spare or self._spare
+        if extra is not None:
+            extra.kill()
+
+    def check(
+        self, pred: str, ref: str, string_match: bool = True, *, timeout_s: float | None = None
+    ) -> dict[str, Any]:
         """Both verdicts, or ``{"timed_out": True}`` if the worker had to be killed.
 
         A multi-part `ref` (``data.Reference``: a str with ``parts`` and ``ordered``) is judged
-        part by part (``_judge.judge_parts``).
+        part by part (``_judge.judge_parts``). `timeout_s` (default: the pool's) is this
+        answer's own deadline, counted from when a worker has it.
         """
         request = [pred, str(ref), self.inner_timeout_s, string_match]
         parts = getattr(ref, "parts", None)
         if parts:
             request += [list(parts), bool(getattr(ref, "ordered", True))]
-        with self._slots:
-            worker = self._take()
+        worker = self._acquire()
+        try:
+            worker.proc.stdin.write(json.dumps(request) + "\n")  # type: ignore[union-attr]
+            worker.proc.stdin.flush()  # type: ignore[union-attr]
+            result = worker.readline(self.timeout_s if timeout_s is None else timeout_s)
+        except (OSError, ValueError):
             result = None
-            try:
-                worker.proc.stdin.write(json.dumps(request) + "\n")  # type: ignore[union-attr]
-                worker.proc.stdin.flush()  # type: ignore[union-attr]
-                result = worker.readline(self.timeout_s)
-            except (OSError, ValueError):
-                result = None
-            if result is not None:
-                with self._lock:
-                    self._free.append(worker)
-                return result
-            worker.kill()
-            with self._lock:
-                self._all.remove(worker)
-            return {"timed_out": True}
+        if result is not None:
+            self._release(worker)
+            return result
+        self._replace(worker)
+        return {"timed_out": True}
 
     def close(self) -> None:
-        """Stop every worker."""
-        with self._lock:
-            workers, self._all, self._free = self._all, [], []
-        for worker in workers:
+        """Stop every worker, and wait for the ones being stopped or started in the background."""
+        with self._cond:
+            self._closed = True
+            idle, self._idle = self._idle, []
+            spare, self._spare = self._spare, None
+            self._serving -= len(idle)
+            threads = list(self._threads)
+        for worker in [*idle, *([spare] if spare else [])]:
             worker.kill()
+        for thread in threads:
+            thread.join(30)
+        with self._cond:
+            self._closed = False  # usable again: new workers start on demand
 
 
 _SHARED: dict[float, VerifierPool] = {}

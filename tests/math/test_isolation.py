@@ -216,7 +216,7 @@ def test_verifier_runs_in_the_sandbox():
     pool = VerifierPool(timeout_s=20.0)
     try:
         assert pool.check("1", "1")["canonical"] is True
-        worker = pool._all[0]  # noqa: SLF001
+        worker = pool._idle[0]  # noqa: SLF001 - the worker that answered
         assert worker.mode == "bwrap"
         # a probe through the same launcher: no network, no checkout, unprivileged
         probe = (
@@ -503,7 +503,7 @@ def test_verifier_fallback_isolation_drops_uid_and_network(monkeypatch):
     pool = verify.VerifierPool(timeout_s=20.0)
     try:
         assert pool.check("1/2", "0.5")["canonical"] is True
-        worker = pool._all[0]  # noqa: SLF001
+        worker = pool._idle[0]  # noqa: SLF001 - the worker that answered
         assert worker.mode == "namespaces"
         pid = worker.proc.pid
         uid = int(Path(f"/proc/{pid}/status").read_text().split("Uid:")[1].split()[0])

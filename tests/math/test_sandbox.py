@@ -135,6 +135,10 @@ def test_bench_cli_smoke(tmp_path):
             "0.2",
             "--repeats",
             "2",
+            "--hostile-checkpoints",
+            "2",
+            "--slow-answers",
+            "0",
             "--json",
             str(out),
         ],
@@ -146,6 +150,10 @@ def test_bench_cli_smoke(tmp_path):
     for key in ("cells_per_s", "restore_fork_ms", "restore_replay_ms", "snapshot_rss_mb"):
         assert res[key] > 0, key
     assert res["restored_output"] == "[1, 2, 3] 2002 55"
+    hostile = res["hostile_memory"]
+    assert hostile["pss_peak_mb"] > 250 and hostile["checkpoints"] == 2
+    if hostile["memory_cgroup"] is not None:
+        assert 250 < hostile["peak_mb"] <= hostile["memory_total_mb"]
 
 
 def test_clean_up_of_stale_cgroups_spares_live_owners():
