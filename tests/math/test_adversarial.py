@@ -1,0 +1,171 @@
+"""Issue 26: the reward is right and says why. Adversarial answers never score 1; right ones do.
+
+The cases live in ``adversarial_answers.toml`` (reference, answer, optional problem text),
+grouped by class; each runs through `verify_answer`, the path `MathEnv.step` takes, with
+the problem text the env passes, and a few run through `env.step` itself.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import tomllib
+from pathlib import Path
+
+import pytest
+from trace_gym.envs.math import _judge
+from trace_gym.envs.math.env import MathEnv
+from trace_gym.envs.math.verify import VerifierPool, normalize, verify_answer
+
+SUITE = tomllib.loads((Path(__file__).with_name("adversarial_answers.toml")).read_text())
+WRONG = [(cls, *case) for cls, cases in SUITE["wrong"].items() for case in cases]
+RIGHT = [tuple(case) for case in SUITE["right"]["forms"]]
+RULES = {"exact", "symbolic", "numeric", "math-verify", "refused"}
+
+
+def _case(ref: str, answer: str, problem: str | None = None) -> tuple[str, str, str | None]:
+    return ref, answer, problem
+
+
+@pytest.fixture(scope="module")
+def pool():
+    p = VerifierPool(timeout_s=15.0, inner_timeout_s=3)
+    yield p
+    p.close()
+
+
+def test_the_suite_is_large_and_covers_every_class():
+    assert len(WRONG) >= 200 and len(RIGHT) >= 40
+    assert set(SUITE["wrong"]) >= {
+        "trailing_text",
+        "equations",
+        "approximations",
+        "structure",
+        "hedges",
+        "changed_bounds",
+        "near_numbers",
+    }
+
+
+def test_no_adversarial_answer_scores_one(pool):
+    scored = []
+    for cls, *case in WRONG:
+        ref, answer, problem = _case(*case)
+        verdict = verify_answer(answer, ref, pool, problem=problem)
+        assert verdict.judge in RULES | {"timeout"}, verdict
+        if verdict.correct:
+            scored.append((cls, ref, answer, verdict.judge, verdict.why))
+    assert scored == [], "\n".join(map(str, scored))
+
+
+def test_right_answers_in_other_forms_score_one(pool):
+    missed = []
+    for case in RIGHT:
+        ref, answer, problem = _case(*case)
+        verdict = verify_answer(answer, ref, pool, problem=problem)
+        if not verdict.correct:
+            missed.append((ref, answer, verdict.judge, verdict.why))
+    assert missed == [], "\n".join(map(str, missed))
+
+
+@pytest.mark.parametrize(
+    "answer,ref,problem,judge",
+    [
+        ("5", "5", None, "exact"),
+        ("7 = 5", "5", None, "refused"),
+        ("5 or 7", "5", None, "refused"),
+        ("\\{1,2\\}", "(1,2)", None, "refused"),
+        ("x = 5", "5", None, "symbolic"),
+        ("0.5", "\\frac{1}{2}", None, "numeric"),
+        ("0.333333", "\\frac{1}{3}", None, "numeric"),
+        ("1.41", "\\sqrt{2}", "Round to the nearest hundredth.", "numeric"),
+    ],
+)
+def test_the_verdict_names_its_rule(pool, answer, ref, problem, judge):
+    verdict = verify_answer(answer, ref, pool, problem=problem)
+    assert verdict.judge == judge and verdict.why, verdict
+
+
+def test_math_verify_decides_only_what_our_reader_cannot_read(pool):
+    # our reader does not read "\overline": math-verify's verdict is the reward there
+    verdict = verify_answer("0.\\overline{3}", "\\frac{1}{3}", pool)
+    assert verdict.judge in ("math-verify", "refused")
+    assert not verify_answer("7 = 5", "5", pool).correct  # math-verify alone accepts it
+
+
+@pytest.mark.parametrize(
+    "problem,places",
+    [
+        ("Express your answer as a decimal to the nearest hundredth.", 2),
+        ("Round to the nearest tenth.", 1),
+        ("Give your answer to 3 decimal places.", 3),
+        ("Express your answer as a decimal.", 0),
+        ("What is $\\frac{1}{3}$ of 9?", None),
+        (None, None),
+    ],
+)
+def test_stated_precision(problem, places):
+    assert _judge.stated_precision(problem) == places
+
+
+def test_env_step_reports_the_rule(tmp_path, fast_sandbox):
+    """Through `env.step`: the problem text reaches the judge, `info["judge"]` names the rule."""
+    rows = [
+        {"problem": "Compute $2+3$.", "answer": "5"},
+        {"problem": "Compute $\\sqrt{2}$ to the nearest hundredth.", "answer": "\\sqrt{2}"},
+        {"problem": "Compute $\\sqrt{2}$.", "answer": "\\sqrt{2}"},
+    ]
+    data = tmp_path / "tasks.json"
+    data.write_text(json.dumps(rows))
+    env = MathEnv(dataset=data, sandbox=fast_sandbox)
+    try:
+        for task, action, reward, judge in [
+            (0, "So \\boxed{7 = 5}.", 0.0, "refused"),
+            (0, "So \\boxed{5 \\text{ times } 2}.", 0.0, "symbolic"),
+            (0, "So \\boxed{x = 5}.", 1.0, "symbolic"),
+            (1, "So \\boxed{1.41}.", 1.0, "numeric"),
+            (2, "So \\boxed{1.41}.", 0.0, "numeric"),
+        ]:
+            env.reset(seed=0, options={"task": task})
+            _, r, term, _, info = env.step(action)
+            assert term and r == reward and info["judge"] == judge, (action, info)
+            assert info["verifier"]["why"]
+    finally:
+        env.close()
+
+
+# --------------------------------------------------------------------------- every reference
+_COMMAND = re.compile(r"\\[a-zA-Z]+")
+_RELATIONS = re.compile(r"\\(?:leq?|geq?|neq?|in)(?![a-zA-Z])|[=<>]")
+_SKIP_COMMANDS = re.compile(r"\\(?:left|right|[dt]?frac|displaystyle|circ|text\w*|mbox|mathrm|mathbf|boldsymbol)(?![a-zA-Z])")
+
+
+def _mathematics(s: str) -> tuple[str, list[str]]:
+    """Digits, letters and operators of `s` in order (command names aside), and its relations."""
+    relations = _RELATIONS.findall(s)
+    body = _COMMAND.sub(lambda m: "" if _SKIP_COMMANDS.fullmatch(m.group(0)) else m.group(0), s)
+    body = _COMMAND.sub(" ", _RELATIONS.sub(" ", body))
+    return re.sub(r"[^0-9A-Za-z+\-*/^]", "", body), relations
+
+
+def _references(data_dir: Path) -> list[str]:
+    refs = []
+    for name in ("train_aime.json", "test_math500.json", "train_math.json"):
+        from trace_gym.envs.math.data import load_dataset
+
+        refs += [str(t.answer) for t in load_dataset(data_dir / name).tasks if t.answer]
+    return refs
+
+
+def test_normalising_never_changes_a_references_mathematics(math_data_dir):
+    """Issue 26: no digit, variable, operator or relation is dropped, except a unit after a number."""
+    changed = []
+    for ref in _references(math_data_dir):
+        before, after = _mathematics(ref), _mathematics(normalize(ref))
+        if before == after:
+            continue
+        unit = re.fullmatch(_judge._NUMBER, normalize(ref))  # noqa: SLF001 - the rule under test
+        if unit and re.sub(r"[^0-9]", "", before[0]) == re.sub(r"[^0-9]", "", after[0]):
+            continue  # "5 \text{ cm}" -> "5": the unit went, every digit stayed
+        changed.append((ref, normalize(ref)))
+    assert changed == [], changed[:20]
