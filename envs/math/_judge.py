@@ -49,7 +49,7 @@ _NUMBER = r"[+-]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?|[+-]?\.\d+|[+-]?\\[dt]?fra
 _UNIT_TAIL = re.compile(
     rf"^({_NUMBER})(?:\s|~|\\[ ,;!])*"
     rf"(?:\\(?:text|mbox|mathrm)\{{\s*([a-zA-Z]+(?:\s+[a-zA-Z]+){{0,2}})\s*\}}"
-    rf"|((?:{_UNIT_WORDS})(?:\s+(?:{_UNIT_WORDS}))?))(?:\^\{{?[23]\}}?)?$"
+    rf"|((?:{_UNIT_WORDS})(?:\s+(?:{_UNIT_WORDS}))?)|\^\{{?\\circ\}}?)(?:\^\{{?[23]\}}?)?$"
 )
 _THOUSANDS = re.compile(r"[+-]?\d{1,3}(,\d{3})+(\.\d+)?")
 
@@ -59,7 +59,7 @@ def _strip_unit(s: str) -> str:
     m = _UNIT_TAIL.match(s)
     if m is None:
         return s
-    words = (m.group(2) or m.group(3)).lower().split()
+    words = (m.group(2) or m.group(3) or "").lower().split()
     return s if any(w in _NOT_UNITS for w in words) else m.group(1)
 
 
@@ -84,8 +84,6 @@ def normalize(ans: str) -> str:
         ("\\:", ""),
         ("\\dfrac", "\\frac"),
         ("\\tfrac", "\\frac"),
-        ("^\\circ", ""),
-        ("^{\\circ}", ""),
         ("\\%", ""),
         ("%", ""),
         ("\\displaystyle", ""),
@@ -250,6 +248,8 @@ class Parser:
 
     def power(self) -> Any:
         base = self.postfix()
+        if self.eat("^\\circ") or self.eat("^{\\circ}"):  # degrees inside an expression: cos(6°)
+            return base * self.sp.pi / 180
         if self.eat("^"):
             exp = self.exponent()
             return _checked_pow(self.sp, base, exp)
@@ -426,9 +426,8 @@ class Solutions(tuple):
     __slots__ = ()
 
 
-_RELATION = re.compile(
-    r"(\\leq(?:slant)?|\\le(?![a-z])|\\geq(?:slant)?|\\ge(?![a-z])|\\neq|\\ne(?![a-z])|<|>|=)"
-)
+# normalised text has no spaces: "\\le x" is "\\lex", read as \\le then x (\\left is gone by then)
+_RELATION = re.compile(r"(\\leq(?:slant)?|\\le|\\geq(?:slant)?|\\ge|\\neq|\\ne(?!g)|<|>|=)")
 _REL_OPS = {"\\leq": "<=", "\\le": "<=", "\\geq": ">=", "\\ge": ">=", "\\neq": "!=", "\\ne": "!="}
 _FLIP = {"<": ">", ">": "<", "<=": ">=", ">=": "<=", "=": "=", "!=": "!="}
 

@@ -47,25 +47,39 @@ def test_the_suite_is_large_and_covers_every_class():
     }
 
 
-def test_no_adversarial_answer_scores_one(pool):
-    scored = []
-    for cls, *case in WRONG:
+def _scored(cases, pool, want: bool) -> list[tuple]:
+    """The cases whose reward through `verify_answer` (the env's path) is not `want`."""
+    off = []
+    for cls, *case in cases:
         ref, answer, problem = _case(*case)
         verdict = verify_answer(answer, ref, pool, problem=problem)
         assert verdict.judge in RULES | {"timeout"}, verdict
-        if verdict.correct:
-            scored.append((cls, ref, answer, verdict.judge, verdict.why))
-    assert scored == [], "\n".join(map(str, scored))
+        if verdict.correct is not want:
+            off.append((cls, ref, answer, verdict.judge, verdict.why))
+    return off
+
+
+def test_our_rules_never_accept_an_adversarial_answer(pool):
+    """Every case through our judge alone; those it cannot read go through the full path."""
+    unread = []
+    for cls, *case in WRONG:
+        ref, answer, problem = _case(*case)
+        d = _judge.decide(answer, ref, places=_judge.stated_precision(problem))
+        assert not d.correct, (cls, ref, answer, d)
+        unread += [] if d.confident else [(cls, *case)]
+    assert len(unread) < 10, (
+        unread
+    )  # our reader reads nearly all of them: math-verify is not the judge
+    assert _scored(unread + WRONG[::10], pool, False) == []
 
 
 def test_right_answers_in_other_forms_score_one(pool):
-    missed = []
-    for case in RIGHT:
-        ref, answer, problem = _case(*case)
-        verdict = verify_answer(answer, ref, pool, problem=problem)
-        if not verdict.correct:
-            missed.append((ref, answer, verdict.judge, verdict.why))
-    assert missed == [], "\n".join(map(str, missed))
+    assert _scored([("right", *case) for case in RIGHT], pool, True) == []
+
+
+@pytest.mark.slow
+def test_no_adversarial_answer_scores_one_through_the_env_path(pool):
+    assert _scored(WRONG, pool, False) == []
 
 
 @pytest.mark.parametrize(
@@ -135,17 +149,31 @@ def test_env_step_reports_the_rule(tmp_path, fast_sandbox):
 
 
 # --------------------------------------------------------------------------- every reference
-_COMMAND = re.compile(r"\\[a-zA-Z]+")
+_COMMAND = re.compile(r"\\([a-zA-Z]+)")
 _RELATIONS = re.compile(r"\\(?:leq?|geq?|neq?|in)(?![a-zA-Z])|[=<>]")
-_SKIP_COMMANDS = re.compile(r"\\(?:left|right|[dt]?frac|displaystyle|circ|text\w*|mbox|mathrm|mathbf|boldsymbol)(?![a-zA-Z])")
+# commands that carry no mathematics of their own (their arguments stay)
+_QUIET = ("left", "right", "dfrac", "tfrac", "frac", "displaystyle", "textbf", "textrm", "text")
+_QUIET += ("mbox", "mathrm", "mathbf", "boldsymbol", "textnormal")
+_KNOWN = sorted((*_judge._COMMANDS, *_QUIET, "leq", "le", "geq", "ge", "neq", "ne", "in"), key=len)
+
+
+def _command(m: re.Match) -> str:
+    """A command as the reader splits it: ``\\cotx`` is the command cot, then the letter x."""
+    name = m.group(1)
+    known = next((c for c in reversed(_KNOWN) if name.startswith(c)), None)
+    if known is None:
+        return f" \\{name} "
+    return ("" if known in _QUIET else f" \\{known} ") + name[len(known) :]
 
 
 def _mathematics(s: str) -> tuple[str, list[str]]:
-    """Digits, letters and operators of `s` in order (command names aside), and its relations."""
-    relations = _RELATIONS.findall(s)
-    body = _COMMAND.sub(lambda m: "" if _SKIP_COMMANDS.fullmatch(m.group(0)) else m.group(0), s)
-    body = _COMMAND.sub(" ", _RELATIONS.sub(" ", body))
-    return re.sub(r"[^0-9A-Za-z+\-*/^]", "", body), relations
+    """Digits, letters, operators and commands of `s` in order, and its relations."""
+    body = _COMMAND.sub(_command, s)
+    relations = _RELATIONS.findall(body)
+    body = re.sub(
+        r"\\(?![a-zA-Z])", "", _RELATIONS.sub("", body)
+    )  # \\! \\, \\{ \\%: no mathematics
+    return re.sub(r"[^0-9A-Za-z+\-*/^\\]", "", body), relations
 
 
 def _references(data_dir: Path) -> list[str]:
@@ -164,8 +192,9 @@ def test_normalising_never_changes_a_references_mathematics(math_data_dir):
         before, after = _mathematics(ref), _mathematics(normalize(ref))
         if before == after:
             continue
-        unit = re.fullmatch(_judge._NUMBER, normalize(ref))  # noqa: SLF001 - the rule under test
-        if unit and re.sub(r"[^0-9]", "", before[0]) == re.sub(r"[^0-9]", "", after[0]):
-            continue  # "5 \text{ cm}" -> "5": the unit went, every digit stayed
+        bare = ref.strip().strip("$").strip().rstrip(".").replace("\\textnormal", "\\text")
+        unit = _judge._UNIT_TAIL.match(bare)  # noqa: SLF001 - the rule under test
+        if unit and normalize(unit.group(1)) == normalize(ref):
+            continue  # "5 \text{ cm}^2" -> "5": a unit after a bare number went, nothing else
         changed.append((ref, normalize(ref)))
-    assert changed == [], changed[:20]
+    assert changed == [], (len(changed), changed[:40])
