@@ -10,10 +10,13 @@ product of the letters i, m, p, o, r, t. Sizes are bounded before sympy sees the
 (literal digits, exponents, factorials, nesting), so a number like ``9^{9^{9^9}}`` is
 refused in microseconds instead of hanging the worker.
 
-Equality (`same`): integers and other exact rationals compare exactly; an answer with a
-decimal compares with a relative tolerance (``1e-6`` of the larger magnitude, for every
-magnitude), except against an exact irrational (a decimal is never accepted for
-``\\pi`` or ``\\sqrt{2}``); symbolic answers must simplify to the same thing.
+Equality (`same`): integers and other exact rationals compare exactly; a decimal in an
+answer is read as the exact number it writes unless the problem asks for a decimal or a
+precision (`decide`, `stated_precision`), so ``0.5`` is 1/2 and ``0.333333`` is not 1/3;
+against a decimal reference (itself rounded) a relative tolerance of 1e-6 applies; symbolic
+answers must simplify to the same thing. `decide` puts the rules first (hedges, a set for a
+tuple, an equation with a wrong side) and names the rule that decided; the order is in
+docs/math.md, "How an answer is judged".
 """
 
 from __future__ import annotations
@@ -30,6 +33,8 @@ MAX_POWER_BITS = 20_000
 MAX_FACTORIAL = 500
 MAX_DEPTH = 60
 REL_TOL = 1e-6
+#: significant digits a decimal needs when the problem asks for one without a precision
+MIN_DECIMAL_DIGITS = 3
 
 # --------------------------------------------------------------------------- normalise
 _UNIT_WORDS = (
@@ -666,7 +671,7 @@ _NEAREST = re.compile(r"nearest\s+(ten[- ]?thousandth|tenth|hundredth|thousandth
 _N_PLACES = re.compile(r"\b(\d|one|two|three|four|five|six)\s+decimal\s+(?:places?|digits?)", re.I)
 _ASKS_DECIMAL = re.compile(
     r"\bas\s+a\s+decimal\b|\bdecimal\s+(?:form|approximation|number)\b|\bin\s+decimals?\b"
-    r"|\bsignificant\s+(?:figures|digits)\b|\bapproximate(?:ly)?\b|\bestimate\b|\bround(?:ed)?\b",
+    r"|\bsignificant\s+(?:figures|digits)\b|\bround(?:ed|ing)?\s+(?:your\s+answer\s+)?(?:to|off)\b",
     re.I,
 )
 
@@ -715,6 +720,8 @@ def _approximation(pred: str, b: Any, places: int) -> Decision | None:
         return Decision(
             False, True, "refused", f"{k} decimal places where the problem asks {places}"
         )
+    if places == 0 and len(re.sub(r"\D", "", pred).lstrip("0")) < MIN_DECIMAL_DIGITS:
+        return Decision(False, True, "refused", "too few significant digits for a decimal")
     value = Fraction(pred)
     gap = sp.N(abs(sp.Rational(value.numerator, value.denominator) - b), 30)
     ok = bool(gap <= sp.Rational(1, 2 * 10**k) * (1 + sp.Rational(1, 10**12)))

@@ -115,6 +115,8 @@ def test_math_verify_decides_only_what_our_reader_cannot_read(pool):
         ("Give your answer to 3 decimal places.", 3),
         ("Express your answer as a decimal.", 0),
         ("What is $\\frac{1}{3}$ of 9?", None),
+        ("In each round, approximately 5 players leave. How many remain?", None),
+        ("Round your answer to 2 decimal places.", 2),
         (None, None),
     ],
 )
