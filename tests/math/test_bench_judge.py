@@ -62,6 +62,7 @@ def test_agreement_on_a_sample(math_data_dir):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(2400)  # 32,509 pairs one at a time: 235 s at load 8, over 600 s at load 18
 def test_agreement_on_the_full_set(math_data_dir, capsys):
     pytest.importorskip("math_verify")
     report = run(math_data_dir)
