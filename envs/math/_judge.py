@@ -49,7 +49,8 @@ _NOT_UNITS = frozenset(
     "squared cubed i guess think is was answer".split()
 )
 _TEXT = re.compile(r"\\(?:text|textbf|mathrm|mathbf|boldsymbol|mbox|textrm)\s*\{([^{}]*)\}")
-_NUMBER = r"[+-]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?|[+-]?\.\d+|[+-]?\\[dt]?frac\{\d+\}\{\d+\}"
+# a closed-form number: digits, operators, brackets, \pi, \sqrt, \frac (no variable, no text)
+_NUMBER = r"[+-]?(?:[0-9.,{}()+\-*/^]|\s|\\(?:pi|sqrt|[dt]?frac|cdot|times)(?![a-zA-Z]))+?"
 # a unit after a number that ends the answer: "5 cm", "21\text{ dogs}", "6\text{ cm}^2"
 _UNIT_TAIL = re.compile(
     rf"^({_NUMBER})(?:\s|~|\\[ ,;!])*"
@@ -62,7 +63,7 @@ _THOUSANDS = re.compile(r"[+-]?\d{1,3}(,\d{3})+(\.\d+)?")
 def _strip_unit(s: str) -> str:
     """`s` without a trailing unit, only when what remains is exactly a number."""
     m = _UNIT_TAIL.match(s)
-    if m is None:
+    if m is None or not re.search(r"\d|\\pi", m.group(1)):
         return s
     words = (m.group(2) or m.group(3) or "").lower().split()
     return s if any(w in _NOT_UNITS for w in words) else m.group(1)
