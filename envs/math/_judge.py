@@ -625,6 +625,20 @@ def _same_tuple(a: Any, b: Any) -> bool:
     return True
 
 
+def _same_set(a: Any, b: Any) -> bool:
+    """Sets compared through `same`, so a decimal endpoint meets its exact value: [0.5, 1) is [1/2, 1)."""
+    sp = _sympy()
+    if isinstance(a, sp.Interval) and isinstance(b, sp.Interval):
+        return (a.left_open, a.right_open) == (b.left_open, b.right_open) and all(
+            same(x, y) for x, y in ((a.start, b.start), (a.end, b.end))
+        )
+    if isinstance(a, sp.FiniteSet) and isinstance(b, sp.FiniteSet):
+        return _same_tuple(Solutions(a.args), Solutions(b.args))
+    if isinstance(a, sp.Union) and isinstance(b, sp.Union) and len(a.args) == len(b.args):
+        return all(_same_set(x, y) for x, y in zip(a.args, b.args, strict=True))
+    return a == b
+
+
 def same(a: Any, b: Any) -> bool:
     """Whether two parsed answers are the same mathematical object (see the module doc)."""
     sp = _sympy()
@@ -636,7 +650,7 @@ def same(a: Any, b: Any) -> bool:
     if isinstance(a, tuple) or isinstance(b, tuple):
         return _same_tuple(a, b)
     if isinstance(a, sp.Set) or isinstance(b, sp.Set):
-        return a == b
+        return _same_set(a, b)
     if isinstance(a, sp.MatrixBase) or isinstance(b, sp.MatrixBase):
         return getattr(a, "shape", None) == getattr(b, "shape", None) and all(
             same(x, y) for x, y in zip(a, b, strict=True)
