@@ -200,6 +200,27 @@ def _summary(pairs: list[Pair], verdicts: list[dict[str, Any]], examples: int) -
     }
 
 
+def _rewards(pairs: list[Pair], verdicts: list[dict[str, Any]]) -> dict[str, Any]:
+    """The reward `verify_answer` gives each pair (ours when confident, else math-verify) vs its label."""
+    errors, rules, examples = Counter(), Counter(), []
+    for p, v in zip(pairs, verdicts, strict=True):
+        if v.get("timed_out"):
+            reward, rule = False, "timeout"
+        elif v.get("canonical_confident"):
+            reward, rule = bool(v.get("canonical")), str(v.get("rule"))
+        else:
+            reward, rule = bool(v.get("math_verify")), "math-verify"
+        rules[rule] += 1
+        if reward != p.equal:
+            errors[p.kind] += 1
+            examples.append({"pred": p.pred, "ref": p.ref, "kind": p.kind, "rule": rule})
+    return {
+        "reward_rules": dict(rules),
+        "reward_label_errors_by_kind": dict(errors),
+        "reward_error_examples": examples[:25],
+    }
+
+
 def run(
     data_dir: Path = DATA_DIR,
     per_file: int | None = None,
@@ -210,7 +231,8 @@ def run(
     """Build the pairs, judge them all, and summarise the agreement."""
     t0 = time.monotonic()
     pairs = build_pairs(data_dir, per_file, seed)
-    report = _summary(pairs, _judge_all(pairs, timeout_s), examples)
+    verdicts = _judge_all(pairs, timeout_s)
+    report = _summary(pairs, verdicts, examples) | _rewards(pairs, verdicts)
     report["kinds"] = dict(Counter(p.kind for p in pairs))
     report["seconds"] = round(time.monotonic() - t0, 1)
     return report
@@ -242,6 +264,10 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"unconfident: math-verify {report['math_verify_unconfident']}, ours {report['ours_unconfident']}, "
         f"timed out {report['timed_out']}; label errors {report['label_errors_when_both_confident']}"
+    )
+    print(
+        f"reward (ours when confident, else math-verify): rules {report['reward_rules']}; "
+        f"label errors {report['reward_label_errors_by_kind']}"
     )
     for d in report["disagreements"]:
         print(

@@ -3,8 +3,8 @@
 Each turn the assistant either runs one Python cell (a fenced python block or
 ``<python>...</python>``), whose output comes back as the observation, or gives a final
 answer in ``\\boxed{...}`` / ``<answer>...</answer>``, which ends the episode with reward 1
-if the answer is equivalent to the reference (math-verify, sympy fallback) and 0
-otherwise. Interpreter state carries across turns like a notebook.
+if the answer is equivalent to the reference (our judge's rules, math-verify for what our
+reader cannot read; ``info["judge"]`` names the rule) and 0 otherwise. Interpreter state carries across turns like a notebook.
 
 Checkpoints carry the *code ledger* (every cell that ran to completion, in order) as
 their portable payload and, in-process, a handle to a forked copy of the interpreter,
@@ -249,10 +249,14 @@ class MathEnv(TraceEnv):
                 "canonical": None,
                 "timed_out": False,
                 "error": "empty or over-long answer",
+                "judge": "refused",
+                "why": "empty or over-long answer",
             }
         else:
             try:
-                verdict_info = verify_answer(answer, task.answer, self._pool).to_info()
+                verdict_info = verify_answer(
+                    answer, task.answer, self._pool, problem=task.problem
+                ).to_info()
             except VerifierUnavailable as e:  # a bad answer is data: reward 0, the episode ends
                 log.warning("math env: %s", e)
                 verdict_info = {
@@ -262,12 +266,16 @@ class MathEnv(TraceEnv):
                     "canonical": None,
                     "timed_out": False,
                     "error": str(e),
+                    "judge": "unavailable",
+                    "why": "the verifier worker did not start",
                 }
         correct = bool(verdict_info["correct"])
         info = {
             "action": "answer",
             "answer": answer[:MAX_ANSWER_CHARS],
             "correct": correct,
+            # the rule that decided: exact, symbolic, numeric, math-verify, refused, timeout
+            "judge": verdict_info["judge"],
             "verifier": verdict_info,
         }
         return Transition(f"Final answer received: {answer[:200]}", float(correct), True, info)

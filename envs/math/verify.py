@@ -6,10 +6,12 @@ factorial). So every check runs in a separate worker process (`VerifierPool`) wi
 hard wall-clock deadline; a worker that overruns is killed and replaced, and the answer
 counts as wrong with ``timed_out`` in the details.
 
-Two judges run side by side: math-verify (the reward when it gives a verdict) and our
-own (`_judge.canonical_equal`: string normalisation, then a LaTeX grammar that builds
-sympy objects without ever evaluating text), which is the fallback when math-verify is
-not installed, errors or cannot parse. math-verify does hand text to sympy's parsers, so
+Two judges run side by side: our own (`_judge.decide`: string normalisation, then rules
+for hedges, structure and equations, then a LaTeX grammar that builds sympy objects
+without ever evaluating text), whose verdict is the reward whenever it reads both
+answers, and math-verify, which decides only what our reader cannot read (it accepts
+``7 = 5`` and ``0.333333`` for 1/3, so it never overrides our rules). The verdict says
+which rule decided (`Verdict.judge`). math-verify does hand text to sympy's parsers, so
 the worker runs under the same isolation as the interpreter cells (bubblewrap: read-only
 root, no network, unprivileged uid, seccomp; see `isolation`), with only ``_judge.py``
 of our code inside.
@@ -34,7 +36,14 @@ from typing import Any, NamedTuple
 
 from trace_gym.envs.math import _judge
 from trace_gym.envs.math import isolation as iso
-from trace_gym.envs.math._judge import canonical_equal, judge, normalize, parse_math, to_sympy
+from trace_gym.envs.math._judge import (
+    canonical_equal,
+    judge,
+    normalize,
+    parse_math,
+    stated_precision,
+    to_sympy,
+)
 from trace_gym.envs.math._proc import Members, stop_spawned
 from trace_gym.envs.math.sandbox import make_cgroups
 
@@ -47,6 +56,7 @@ __all__ = [
     "judge",
     "normalize",
     "parse_math",
+    "stated_precision",
     "to_sympy",
     "verify_answer",
 ]
@@ -62,12 +72,17 @@ class Verdict(NamedTuple):
     """The outcome of checking one final answer."""
 
     correct: bool
-    #: 'exact' (normalised strings equal), 'math_verify', 'canonical' or 'timeout'
+    #: which judge answered: 'exact' (normalised strings equal), 'canonical' (ours),
+    #: 'math_verify' or 'timeout'
     method: str
     math_verify: bool | None
     canonical: bool | None
     timed_out: bool
     error: str | None
+    #: the rule that decided: 'exact', 'symbolic', 'numeric', 'math-verify', 'refused' or 'timeout'
+    judge: str = "refused"
+    #: why, in a few words (for auditing rewards)
+    why: str | None = None
 
     def to_info(self) -> dict[str, Any]:
         return dict(self._asdict())
@@ -298,18 +313,24 @@ class VerifierPool:
             extra.kill()
 
     def check(
-        self, pred: str, ref: str, string_match: bool = True, *, timeout_s: float | None = None
+        self,
+        pred: str,
+        ref: str,
+        string_match: bool = True,
+        places: int | None = None,
+        *,
+        timeout_s: float | None = None,
     ) -> dict[str, Any]:
         """Both verdicts, or ``{"timed_out": True}`` if the worker had to be killed.
 
         A multi-part `ref` (``data.Reference``: a str with ``parts`` and ``ordered``) is judged
-        part by part (``_judge.judge_parts``). `timeout_s` (default: the pool's) is this
-        answer's own deadline, counted from when a worker has it.
+        part by part (``_judge.judge_parts``). `places` is the problem's stated precision
+        (``_judge.stated_precision``; None: exact answers only). `timeout_s` (default: the
+        pool's) is this answer's own deadline, counted from when a worker has it.
         """
-        request = [pred, str(ref), self.inner_timeout_s, string_match]
         parts = getattr(ref, "parts", None)
-        if parts:
-            request += [list(parts), bool(getattr(ref, "ordered", True))]
+        request = [pred, str(ref), self.inner_timeout_s, string_match]
+        request += [list(parts) if parts else None, bool(getattr(ref, "ordered", True)), places]
         worker = self._acquire()
         try:
             worker.proc.stdin.write(json.dumps(request) + "\n")  # type: ignore[union-attr]
@@ -353,20 +374,33 @@ def default_pool(timeout_s: float = 10.0) -> VerifierPool:
         return pool
 
 
-def verify_answer(pred: str, ref: str, pool: VerifierPool | None = None) -> Verdict:
+def verify_answer(
+    pred: str, ref: str, pool: VerifierPool | None = None, problem: str | None = None
+) -> Verdict:
     """Is `pred` mathematically equivalent to the reference `ref`?
 
     `ref` is a string, or a multi-part ``data.Reference`` (a str carrying ``parts`` and
     ``ordered``), whose parts must each match, in order unless ``ordered`` is false.
+    `problem` (its text) says whether a decimal approximation may count
+    (``_judge.stated_precision``: "to the nearest hundredth", "as a decimal"); without it
+    only exact answers do. The rule order is in docs/math.md ("How an answer is judged").
     """
     if normalize(pred) == normalize(ref) and normalize(ref):
-        return Verdict(True, "exact", None, None, False, None)
+        return Verdict(
+            True, "exact", None, None, False, None, "exact", "the normalised strings are equal"
+        )
     t0 = time.monotonic()
-    res = (pool or default_pool()).check(pred, ref)
+    res = (pool or default_pool()).check(pred, ref, places=stated_precision(problem))
     if res.get("timed_out"):
         log.info("math verifier timed out after %.1fs on %r", time.monotonic() - t0, pred[:80])
-        return Verdict(False, "timeout", None, None, True, None)
-    mv, canon = res.get("math_verify"), res.get("canonical")
+        return Verdict(False, "timeout", None, None, True, None, "timeout", "the check overran")
+    mv, canon, error = res.get("math_verify"), res.get("canonical"), res.get("error")
+    if res.get("canonical_confident"):  # our rules first: math-verify never overrides them
+        rule = res.get("rule") or "symbolic"
+        return Verdict(bool(canon), "canonical", mv, canon, False, error, rule, res.get("why"))
     if mv is not None:
-        return Verdict(bool(mv), "math_verify", mv, canon, False, res.get("error"))
-    return Verdict(bool(canon), "canonical", mv, canon, False, res.get("error"))
+        why = f"our reader could not read it ({res.get('why')})"
+        return Verdict(bool(mv), "math_verify", mv, canon, False, error, "math-verify", why)
+    return Verdict(
+        False, "canonical", mv, canon, False, error, "refused", "neither judge could read it"
+    )
