@@ -1232,7 +1232,8 @@ def _print_report(cfg: BenchConfig, s: dict[str, Any], *, wide: bool = False) ->
     print(
         "(eff: mean over steps; ± 95% CI over "
         + next(iter(s["policies"].values()))["ci_over"]
-        + ")"
+        + "; budget / filter: the part of a flat policy's skipped share that its budget"
+        " could not pay a group for / that its filter left out)"
     )
     cal = s.get("calibration") or {}
     if cal.get("resolved_share_measured") is not None:

@@ -51,8 +51,8 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("cost", "TE", "{:.0f}"),
     ("measured_turns", "turns", "{:.0f}"),
     ("skipped_share", "skipped", "{:.0%}"),
-    ("skipped_budget", "skip.budget", "{:.0%}"),
-    ("skipped_filter", "skip.filter", "{:.0%}"),
+    ("skipped_budget", "budget", "{:.0%}"),
+    ("skipped_filter", "filter", "{:.0%}"),
     ("rollouts_per_prompt", "m/prompt", "{:.1f}"),
     ("predictor_share", "pred.time", "{:.1%}"),
     ("oracle_gap", "vs.oracle", "{:.0%}"),
@@ -65,9 +65,10 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
 COMPACT = (
     "effective_ratio",
     "mixed_per_te",
-    "pairs_per_cost",
     "distinct_prompts",
     "skipped_share",
+    "skipped_budget",
+    "skipped_filter",
     "oracle_gap",
 )
 #: the width the compact table and its title keep to
