@@ -196,27 +196,40 @@ def _run_one(cfg: Any, arm: str, seed: int, tick: Any = None) -> list[dict[str, 
     return run_arm(cfg, arm, seed, tick=tick)
 
 
-def run_all(cfg: Any, arms: list[str], jobs: int = 1) -> list[dict[str, Any]]:
+def run_all(
+    cfg: Any, arms: list[str], jobs: int = 1, sink: Path | None = None
+) -> list[dict[str, Any]]:
     """Every (seed, arm)'s records, in seed-then-arm order; with `jobs` > 1 in that many
-    spawned processes (each run is a function of (cfg, arm, seed) only: the same records)."""
+    spawned processes (each run is a function of (cfg, arm, seed) only: the same records).
+    `sink`: a JSON-lines file that gets each finished run's records as it ends (a run
+    stopped early keeps what finished)."""
     from tqdm.auto import tqdm
 
     pairs = [(seed, arm) for seed in cfg.seed_list for arm in arms]
+    done: dict[tuple[int, str], list[dict[str, Any]]] = {}
+
+    def finish(key: tuple[int, str], recs: list[dict[str, Any]]) -> None:
+        done[key] = recs
+        if sink is not None:
+            with open(sink, "a") as f:
+                f.write(json.dumps(recs) + "\n")
+
     bar = tqdm(total=len(pairs) * cfg.steps, disable=not cfg.progress, desc=f"learn {cfg.preset}")
     with bar:
         if jobs <= 1:
-            return [r for seed, arm in pairs for r in _run_one(cfg, arm, seed, tick=bar.update)]
+            for seed, arm in pairs:
+                finish((seed, arm), _run_one(cfg, arm, seed, tick=bar.update))
+            return [r for key in pairs for r in done[key]]
         import multiprocessing
         from concurrent.futures import ProcessPoolExecutor, as_completed
 
         ctx = multiprocessing.get_context("spawn")
         with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx) as pool:
             futs = {pool.submit(_run_one, cfg, arm, seed): (seed, arm) for seed, arm in pairs}
-            done: dict[tuple[int, str], list[dict[str, Any]]] = {}
             for f in as_completed(futs):
-                done[futs[f]] = f.result()
+                finish(futs[f], f.result())
                 bar.update(cfg.steps)
-        return [r for key in pairs for r in done[key]]
+    return [r for key in pairs for r in done[key]]
 
 
 def compare(
@@ -225,6 +238,7 @@ def compare(
     proto: dict[str, Any],
     protocol_info: dict[str, Any],
     jobs: int = 1,
+    sink: Path | None = None,
 ) -> dict[str, Any]:
     """Run every (arm, seed) on the same per-seed task streams; the report dict."""
     unknown_arms = [a for a in arms if a not in cfg.arms]
@@ -232,7 +246,7 @@ def compare(
         raise ConfigError(
             f"unknown arm(s) {', '.join(unknown_arms)}; choose from {', '.join(cfg.arms)}"
         )
-    records = run_all(cfg, arms, jobs)
+    records = run_all(cfg, arms, jobs, sink)
     target = proto["comparisons"]["target_arm"]
     summary = summarise(records, target)
     comps = comparisons(
@@ -499,7 +513,12 @@ def main(argv: list[str] | None = None) -> int:
         }
         if args.jobs < 1:
             raise ConfigError(f"--jobs must be >= 1, got {args.jobs}")
-        rep = compare(cfg, arms, proto, info, jobs=args.jobs)
+        sink = None
+        if args.out:  # each finished (arm, seed) run, as it ends
+            args.out.mkdir(parents=True, exist_ok=True)
+            sink = args.out / "runs.jsonl"
+            sink.write_text("")
+        rep = compare(cfg, arms, proto, info, jobs=args.jobs, sink=sink)
     except ConfigError as e:
         print(f"trace-gym bench learn: {e}", file=sys.stderr)
         return 2

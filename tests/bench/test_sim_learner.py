@@ -244,12 +244,17 @@ def test_registered_protocol_files_are_unchanged():
 
 
 @pytest.mark.slow  # two spawned processes import torch
-def test_parallel_jobs_give_the_same_records():
+def test_parallel_jobs_give_the_same_records(tmp_path):
     from trace_gym.bench.learn_cli import run_all
 
     cfg = _cfg(steps=1, roots=4, candidates=4, heldout_tasks=4)
     one = run_all(cfg, ["trace", "grpo"], jobs=1)
-    assert run_all(cfg, ["trace", "grpo"], jobs=2) == one
+    sink = tmp_path / "runs.jsonl"
+    assert run_all(cfg, ["trace", "grpo"], jobs=2, sink=sink) == one
+    lines = [json.loads(x) for x in sink.read_text().splitlines()]  # one per finished run
+    assert sorted(r for recs in lines for r in map(json.dumps, recs)) == sorted(
+        map(json.dumps, one)
+    )
     assert [(r["seed"], r["arm"]) for r in one if r["step"] == -1] == [
         (0, "trace"),
         (0, "grpo"),
