@@ -54,6 +54,9 @@ class LearnConfig:
     preset: str = "math"
     arms: dict[str, tuple[str, str, bool]] = field(default_factory=dict)
     seeds: int = 20
+    #: the paired seeds are seed_base .. seed_base + seeds - 1 (the protocol's
+    #: ``[comparisons] seed_base``; 0 when absent, as in v1)
+    seed_base: int = 0
     steps: int = 60
     root_budget: int = 32
     replays_per_root: float = 2.0
@@ -82,6 +85,11 @@ class LearnConfig:
     work_dir: str | None = None
 
     @property
+    def seed_list(self) -> list[int]:
+        """The paired seeds of this run."""
+        return list(range(self.seed_base, self.seed_base + self.seeds))
+
+    @property
     def accounted_budget(self) -> float:
         return self.root_budget * (1.0 + self.replays_per_root * self.replay_cost)
 
@@ -102,6 +110,7 @@ def config_from_protocol(proto: dict[str, Any], **over: Any) -> LearnConfig:
     cfg = LearnConfig(
         arms={k: (v[0], v[1], bool(v[2])) for k, v in proto["arms"].items()},
         seeds=proto["comparisons"]["primary_seeds"],
+        seed_base=proto["comparisons"].get("seed_base", 0),
         steps=lr["steps"],
         root_budget=b["roots"],
         replays_per_root=b["replays"],

@@ -188,30 +188,65 @@ def goals(
     ]
 
 
-def compare(
-    cfg: Any, arms: list[str], proto: dict[str, Any], protocol_info: dict[str, Any]
-) -> dict[str, Any]:
-    """Run every (arm, seed) on the same per-seed task streams; the report dict."""
+def _run_one(cfg: Any, arm: str, seed: int, tick: Any = None) -> list[dict[str, Any]]:
+    if cfg.learner == "tiny-lm":
+        from trace_gym.bench.learn_lm import run_lm_arm
+
+        return run_lm_arm(cfg, arm, seed, tick=tick)
+    return run_arm(cfg, arm, seed, tick=tick)
+
+
+def run_all(
+    cfg: Any, arms: list[str], jobs: int = 1, sink: Path | None = None
+) -> list[dict[str, Any]]:
+    """Every (seed, arm)'s records, in seed-then-arm order; with `jobs` > 1 in that many
+    spawned processes (each run is a function of (cfg, arm, seed) only: the same records).
+    `sink`: a JSON-lines file that gets each finished run's records as it ends (a run
+    stopped early keeps what finished)."""
     from tqdm.auto import tqdm
 
+    pairs = [(seed, arm) for seed in cfg.seed_list for arm in arms]
+    done: dict[tuple[int, str], list[dict[str, Any]]] = {}
+
+    def finish(key: tuple[int, str], recs: list[dict[str, Any]]) -> None:
+        done[key] = recs
+        if sink is not None:
+            with open(sink, "a") as f:
+                f.write(json.dumps(recs) + "\n")
+
+    bar = tqdm(total=len(pairs) * cfg.steps, disable=not cfg.progress, desc=f"learn {cfg.preset}")
+    with bar:
+        if jobs <= 1:
+            for seed, arm in pairs:
+                finish((seed, arm), _run_one(cfg, arm, seed, tick=bar.update))
+            return [r for key in pairs for r in done[key]]
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor, as_completed
+
+        ctx = multiprocessing.get_context("spawn")
+        with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx) as pool:
+            futs = {pool.submit(_run_one, cfg, arm, seed): (seed, arm) for seed, arm in pairs}
+            for f in as_completed(futs):
+                finish(futs[f], f.result())
+                bar.update(cfg.steps)
+    return [r for key in pairs for r in done[key]]
+
+
+def compare(
+    cfg: Any,
+    arms: list[str],
+    proto: dict[str, Any],
+    protocol_info: dict[str, Any],
+    jobs: int = 1,
+    sink: Path | None = None,
+) -> dict[str, Any]:
+    """Run every (arm, seed) on the same per-seed task streams; the report dict."""
     unknown_arms = [a for a in arms if a not in cfg.arms]
     if unknown_arms:
         raise ConfigError(
             f"unknown arm(s) {', '.join(unknown_arms)}; choose from {', '.join(cfg.arms)}"
         )
-    if cfg.learner == "tiny-lm":
-        from trace_gym.bench.learn_lm import run_lm_arm as run
-    else:
-        run = run_arm
-    records: list[dict[str, Any]] = []
-    with tqdm(
-        total=len(arms) * cfg.seeds * cfg.steps,
-        disable=not cfg.progress,
-        desc=f"learn {cfg.preset}",
-    ) as bar:
-        for seed in range(cfg.seeds):
-            for arm in arms:
-                records += run(cfg, arm, seed, tick=bar.update)
+    records = run_all(cfg, arms, jobs, sink)
     target = proto["comparisons"]["target_arm"]
     summary = summarise(records, target)
     comps = comparisons(
@@ -224,7 +259,7 @@ def compare(
         "goals": goals(summary, comps, proto),
         "protocol": {
             **protocol_info,
-            "seeds": list(range(cfg.seeds)),
+            "seeds": cfg.seed_list,
             "steps": cfg.steps,
             "accounted_budget_per_step": cfg.accounted_budget,
             "heldout_tasks": cfg.heldout_tasks,
@@ -391,7 +426,12 @@ def _parser() -> argparse.ArgumentParser:
         default="trace,treepo,trace_roots,grpo",
         help="comma-separated arm names of the protocol",
     )
-    p.add_argument("--seeds", type=int, default=None, help="paired seeds 0..S-1 (protocol: 20)")
+    p.add_argument(
+        "--seeds",
+        type=int,
+        default=None,
+        help="paired seeds B..B+S-1, B the protocol's seed_base (v1: 0..19)",
+    )
     p.add_argument("--steps", type=int, default=None, help="training steps per run (protocol: 60)")
     p.add_argument("--heldout", type=int, default=None, help="held-out tasks (protocol: 1024)")
     p.add_argument("--eval-every", type=int, default=None)
@@ -413,6 +453,12 @@ def _parser() -> argparse.ArgumentParser:
         type=Path,
         default=None,
         help=f"default: {DEFAULT_PROTOCOL.name} (softmax) or {TINY_LM_PROTOCOL.name} (tiny-lm)",
+    )
+    p.add_argument(
+        "--jobs",
+        type=int,
+        default=1,
+        help="(arm, seed) runs in parallel processes (the same records as 1)",
     )
     p.add_argument("--json", type=Path, default=None)
     p.add_argument("--out", type=Path, default=None)
@@ -465,7 +511,14 @@ def main(argv: list[str] | None = None) -> int:
             for k, v in over.items()
             if k in ("root_budget", "candidates", "eval_samples") and v is not None
         }
-        rep = compare(cfg, arms, proto, info)
+        if args.jobs < 1:
+            raise ConfigError(f"--jobs must be >= 1, got {args.jobs}")
+        sink = None
+        if args.out:  # each finished (arm, seed) run, as it ends
+            args.out.mkdir(parents=True, exist_ok=True)
+            sink = args.out / "runs.jsonl"
+            sink.write_text("")
+        rep = compare(cfg, arms, proto, info, jobs=args.jobs, sink=sink)
     except ConfigError as e:
         print(f"trace-gym bench learn: {e}", file=sys.stderr)
         return 2

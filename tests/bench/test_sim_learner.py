@@ -209,3 +209,55 @@ def test_bench_learn_refuses_uncommitted_protocol(tmp_path, capsys):
     rc = main(["bench", "learn", "--arms", "trace,grpo", "--protocol", str(f), "--no-progress"])
     err = capsys.readouterr().err.strip()
     assert rc == 2 and len(err.splitlines()) == 1 and "not committed" in err
+
+
+def test_seed_base_defaults_to_zero_and_shifts_the_paired_seeds():
+    proto = lb.load_protocol(lb.DEFAULT_PROTOCOL)
+    assert "seed_base" not in proto["comparisons"]  # v1 as registered: seeds 0..19
+    assert lb.config_from_protocol(proto).seed_list == list(range(20))
+    proto["comparisons"]["seed_base"] = 200
+    cfg = lb.config_from_protocol(
+        proto, steps=1, roots=4, candidates=4, heldout_tasks=4, eval_every=1, seeds=2
+    )
+    cfg.progress = False
+    from trace_gym.bench.learn_cli import compare
+
+    rep = compare(cfg, ["trace", "grpo"], proto, {})
+    assert rep["protocol"]["seeds"] == [200, 201]
+    assert sorted({r["seed"] for r in rep["records"]}) == [200, 201]
+    assert rep["comparisons"]["grpo_vs_trace"]["seeds"] == 2  # paired over both seeds
+
+
+def test_registered_protocol_files_are_unchanged():
+    """v1's sha256 is the one every v1 JSON carries; v2 names clue on seeds never run in v1."""
+    import hashlib
+
+    v1 = lb.DEFAULT_PROTOCOL.read_bytes()
+    assert (
+        hashlib.sha256(v1).hexdigest()
+        == "b149ee61313b3d608154c3d5c049caa125113ae64d670c9c24115246670741b8"
+    )
+    v2 = lb.load_protocol(lb.DEFAULT_PROTOCOL.with_name("v2.toml"))
+    cfg = lb.config_from_protocol(v2)
+    assert v2["protocol"]["version"] == 2 and cfg.predictor.split(":")[0] == "clue"
+    assert not set(cfg.seed_list) & set(range(20))
+
+
+@pytest.mark.slow  # two spawned processes import torch
+def test_parallel_jobs_give_the_same_records(tmp_path):
+    from trace_gym.bench.learn_cli import run_all
+
+    cfg = _cfg(steps=1, roots=4, candidates=4, heldout_tasks=4)
+    one = run_all(cfg, ["trace", "grpo"], jobs=1)
+    sink = tmp_path / "runs.jsonl"
+    assert run_all(cfg, ["trace", "grpo"], jobs=2, sink=sink) == one
+    lines = [json.loads(x) for x in sink.read_text().splitlines()]  # one per finished run
+    assert sorted(r for recs in lines for r in map(json.dumps, recs)) == sorted(
+        map(json.dumps, one)
+    )
+    assert [(r["seed"], r["arm"]) for r in one if r["step"] == -1] == [
+        (0, "trace"),
+        (0, "grpo"),
+        (1, "trace"),
+        (1, "grpo"),
+    ]
