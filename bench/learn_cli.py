@@ -466,6 +466,18 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+def _protocol_for(args: Any) -> tuple[Path, dict[str, Any]]:
+    """The protocol file the run follows (--protocol, else the learner's registered one)."""
+    path = args.protocol or (TINY_LM_PROTOCOL if args.learner == "tiny-lm" else DEFAULT_PROTOCOL)
+    proto = load_protocol(path)
+    if proto["protocol"].get("learner", "softmax") != args.learner:
+        raise ConfigError(
+            f"protocol {path} is for learner {proto['protocol'].get('learner', 'softmax')!r}, "
+            f"not --learner {args.learner}"
+        )
+    return path, proto
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = _parser().parse_args(argv)
@@ -476,15 +488,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.preset not in PRESETS:
             raise ConfigError(f"--preset must be one of {', '.join(PRESETS)}, got {args.preset!r}")
         arms = [a for a in args.arms.split(",") if a]
-        path = args.protocol or (
-            TINY_LM_PROTOCOL if args.learner == "tiny-lm" else DEFAULT_PROTOCOL
-        )
-        proto = load_protocol(path)
-        if proto["protocol"].get("learner", "softmax") != args.learner:
-            raise ConfigError(
-                f"protocol {path} is for learner {proto['protocol'].get('learner', 'softmax')!r}, "
-                f"not --learner {args.learner}"
-            )
+        path, proto = _protocol_for(args)
         info: dict[str, Any] = {
             "file": str(path),
             "sha256": check_protocol(path) if len(arms) > 1 else None,

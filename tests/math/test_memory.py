@@ -105,7 +105,13 @@ def test_isolation_report_names_the_memory_cgroup():
 
 
 def test_no_memory_cgroup_warns_and_caps_snapshots_by_count(caplog):
-    cfg = SandboxConfig(isolation="none", memory_mb=512, memory_total_mb=2048, max_snapshots=16)
+    cfg = SandboxConfig(
+        isolation="none",
+        allow_unsafe_host=True,
+        memory_mb=512,
+        memory_total_mb=2048,
+        max_snapshots=16,
+    )
     assert cfg.uncounted_max_snapshots == (2048 - 512) // 512
     sb = Sandbox(cfg)
     try:
