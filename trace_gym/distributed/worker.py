@@ -151,7 +151,7 @@ class RolloutWorker:
             report,
             sw,
         )
-        StepScheduler(ctx, partial(plan.expand, ctx), partial(plan.expand_all, ctx)).run(shard)
+        StepScheduler(ctx, partial(plan.expand, ctx)).run(shard)
         ctx.report.close(sw)
         return dumps(
             ShardResult(
