@@ -95,14 +95,23 @@ def _prefix_split(
     """
     if not prefixes:
         return np.zeros(0, dtype=np.int64)
-    values = [_true(p, "prefix") if use_true else p.value for p in prefixes]
-    rewards = [p.reward for p in prefixes]
-    conc = _concentrations(prefixes) if posterior and not use_true else None
+    values, rewards, costs, conc = _prefix_inputs(prefixes, use_true, cost_aware, posterior)
     if cost_aware:
-        costs = [p.cost for p in prefixes]
         return solve_prefixes(values, rewards, budget, costs, concentrations=conc).counts
     b = whole_number(budget, "prefix budget")
     return solve_prefixes(values, rewards, b, concentrations=conc).counts
+
+
+def _prefix_inputs(
+    prefixes: Sequence[PrefixCandidate], use_true: bool, cost_aware: bool, posterior: bool
+) -> tuple[list[float], list[float], list[float] | None, list | None]:
+    """The solver's inputs read off the records: values (true ones for the oracle),
+    rewards, costs (cost-aware only) and concentrations (the posterior objective only)."""
+    values = [_true(p, "prefix") if use_true else p.value for p in prefixes]
+    rewards = [p.reward for p in prefixes]
+    costs = [p.cost for p in prefixes] if cost_aware else None
+    conc = _concentrations(prefixes) if posterior and not use_true else None
+    return values, rewards, costs, conc
 
 
 def _concentrations(records: Sequence[Candidate] | Sequence[PrefixCandidate]) -> list | None:
@@ -274,15 +283,12 @@ class TraceAllocator(BaseAllocator):
         flat = [p for ps in prefixes for p in ps]
         if not flat:
             return [np.zeros(0, dtype=np.int64) for _ in prefixes]
-        use_true, posterior = self.use_true_prefixes, self.objective == "posterior"
-        conc = _concentrations(flat) if posterior and not use_true else None
+        values, rewards, costs, conc = _prefix_inputs(
+            flat, self.use_true_prefixes, self.cost_aware, self.objective == "posterior"
+        )
+        sizes = [len(ps) for ps in prefixes]
         batch = solve_prefixes_batch(
-            [_true(p, "prefix") if use_true else p.value for p in flat],
-            [p.reward for p in flat],
-            [len(ps) for ps in prefixes],
-            list(budgets),
-            [p.cost for p in flat] if self.cost_aware else None,
-            concentrations=conc,
+            values, rewards, sizes, list(budgets), costs, concentrations=conc
         )
         return [s.counts for s in batch.split()]
 
