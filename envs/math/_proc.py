@@ -408,6 +408,16 @@ class Proc:
             return False
         return not dying(self.pid)
 
+    def resume(self) -> None:
+        """SIGCONT through the pidfd: continue the process if a cell stopped it.
+
+        The kernel also discards a SIGSTOP still pending (sent but not yet acted on, as on a
+        loaded machine), so the process cannot stop after this; its memory is untouched.
+        """
+        if self.pidfd is not None and not self.killed:
+            with contextlib.suppress(OSError):
+                signal.pidfd_send_signal(self.pidfd, signal.SIGCONT)
+
     def kill(self, wait_s: float = 0.0) -> None:
         """SIGKILL through the pidfd; with `wait_s`, wait up to that long for the exit."""
         self.killed = True

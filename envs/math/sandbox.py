@@ -640,17 +640,18 @@ class Sandbox:
     def _install(self, parent: Proc, key: int | str, seed: int | None) -> None:
         """Make a fork of `parent` the live interpreter: its ready spare, else a new fork."""
         spare = self._spares.pop(key, None)
-        if parent.pid is not None and stopped(parent.pid):
-            # a cell stopped the parked process (SIGSTOP): its spares would never answer, and a
-            # restored cell would report a timeout it did not cause
+        # a cell may have stopped the parked process or its spare (SIGSTOP to every pid it
+        # sees): continue them first, or a restored cell would report a timeout it did not
+        # cause. Reading /proc's state instead races the signal on a loaded machine (a stop
+        # sent but not yet acted on reads as sleeping); SIGCONT also discards that pending stop.
+        parent.resume()
+        if parent.pid is not None and stopped(parent.pid):  # a tracer's stop: not ours to lift
             if spare is not None:
                 spare.kill()
-            raise SandboxError("a parked sandbox process was stopped by a signal")
-        if (
-            spare is not None
-            and spare.ready(time.monotonic() + self.config.fork_timeout_s)
-            and not stopped(spare.pid)  # type: ignore[arg-type]
-        ):
+            raise SandboxError("a parked sandbox process was stopped and could not be continued")
+        if spare is not None and spare.ready(time.monotonic() + self.config.fork_timeout_s):
+            spare.resume()
+        if spare is not None and spare.alive() and not stopped(spare.pid):  # type: ignore[arg-type]
             new = spare
         else:
             if spare is not None:

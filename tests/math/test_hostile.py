@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -425,3 +426,33 @@ def test_tampered_parked_processes_never_falsify_a_branch(leftovers, attack):
         uid = env.sandbox.isolation.get("uid")
         env.close()
     assert leftovers(uid) == []
+
+
+def test_a_stopped_snapshot_and_spare_are_continued_not_replayed():
+    """Stopped parked processes (a SIGSTOP acted on or still pending) are continued on restore.
+
+    The host cannot tell a stop still in flight from a sleeping process by reading /proc, so
+    the restore continues the parked process and its spare before handing over (SIGCONT also
+    discards a pending stop); the snapshot itself is restored, with no replay.
+    """
+    import signal
+
+    from trace_gym.envs.math.sandbox import Sandbox, SandboxConfig
+
+    sb = Sandbox(SandboxConfig(cell_timeout_s=3.0, max_snapshots=4))
+    try:
+        sb.fresh()
+        sb.run("state = 21")
+        handle = sb.snapshot()
+        assert handle is not None
+        parked = sb._snaps[handle.sid]  # noqa: SLF001
+        spare = sb._spares.get(handle.sid)  # noqa: SLF001
+        assert spare is not None and spare.ready(time.monotonic() + 5)
+        for restore in range(2):
+            for proc in (parked, spare) if restore == 0 else (parked,):
+                os.kill(proc.pid, signal.SIGSTOP)  # the host's pid: the test runs as the host
+            assert sb.restore_snapshot(handle), "a stopped snapshot was dropped, not continued"
+            r = sb.run("print(state * 2)")
+            assert (r.status, r.output) == ("ok", "42\n"), r
+    finally:
+        sb.close()
