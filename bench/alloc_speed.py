@@ -14,7 +14,9 @@ per prompt (`solve_prefixes` in a loop, as the runner's per-prompt expansion cal
 batched (`solve_prefixes_batch`, one call, as the global expansion does), and through the
 allocator API (`TraceAllocator.allocate_prefixes_batch` on `PrefixCandidate` records).
 Each figure with its ratio to the smallest size. Goals at the largest size: the whole step
-(root solve + split + batched prefix split) <= 3x the root solve and <= 300 ms.
+as the runner's global expansion pays it (root solve + split + the prefix split through the
+allocator API, reading the records; `step`) <= 3x the root solve and <= 300 ms.
+`solver_step` (the batched solver on ready arrays instead of records) is the floor.
 """
 
 from __future__ import annotations
@@ -149,10 +151,15 @@ def _time_step(prob: dict, repeats: int, loop: bool) -> dict:
     ]
     alloc = make_allocator("trace")
     rngs = [np.random.default_rng(0)] * sizes.size
+    budgets = shares.tolist()
+    alloc.allocate_prefixes_batch(records[:2], budgets[:2], rngs[:2])  # numpy's lazy imports
     out["prefix_api_s"] = _median_seconds(
-        lambda: alloc.allocate_prefixes_batch(records, shares.tolist(), rngs), 1
+        lambda: alloc.allocate_prefixes_batch(records, budgets, rngs), max(1, repeats // 2)
     )
-    out["step_s"] = out["root_s"] + out["split_s"] + out["prefix_batch_s"]
+    # the step as the runner's global expansion pays it: the prefix split through the
+    # allocator API, reading the records (the goal); `solver_step_s` is the arrays-only floor
+    out["solver_step_s"] = out["root_s"] + out["split_s"] + out["prefix_batch_s"]
+    out["step_s"] = out["root_s"] + out["split_s"] + out["prefix_api_s"]
     out |= {"candidates": p, "prompts": int(sizes.size), "prefixes": int(sizes.sum())}
     return out
 
@@ -179,7 +186,15 @@ def run_scale(sizes: list[int], *, repeats: int = 5, loop_max: int = 65536, seed
 
 
 def _print_scale(r: dict) -> None:
-    cols = ["root_s", "split_s", "prefix_loop_s", "prefix_batch_s", "prefix_api_s", "step_s"]
+    cols = [
+        "root_s",
+        "split_s",
+        "prefix_loop_s",
+        "prefix_batch_s",
+        "prefix_api_s",
+        "solver_step_s",
+        "step_s",
+    ]
     print("allocation step by size (ms; x = ratio to the smallest size)")
     print(f"{'P':>7} {'prompts':>7} {'prefixes':>8} " + " ".join(f"{c[:-2]:>18}" for c in cols))
     for row in r["rows"]:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from operator import attrgetter
 from typing import ClassVar
 
 import numpy as np
@@ -104,14 +105,27 @@ def _prefix_split(
 
 def _prefix_inputs(
     prefixes: Sequence[PrefixCandidate], use_true: bool, cost_aware: bool, posterior: bool
-) -> tuple[list[float], list[float], list[float] | None, list | None]:
+) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, list | None]:
     """The solver's inputs read off the records: values (true ones for the oracle),
     rewards, costs (cost-aware only) and concentrations (the posterior objective only)."""
-    values = [_true(p, "prefix") if use_true else p.value for p in prefixes]
-    rewards = [p.reward for p in prefixes]
-    costs = [p.cost for p in prefixes] if cost_aware else None
+    if use_true:
+        values = _column((_true(p, "prefix") for p in prefixes), len(prefixes), "true_value")
+    else:
+        values = _column(map(attrgetter("value"), prefixes), len(prefixes), "value")
+    rewards = _column(map(attrgetter("reward"), prefixes), len(prefixes), "reward")
+    costs = (
+        _column(map(attrgetter("cost"), prefixes), len(prefixes), "cost") if cost_aware else None
+    )
     conc = _concentrations(prefixes) if posterior and not use_true else None
     return values, rewards, costs, conc
+
+
+def _column(items, n: int, field: str) -> np.ndarray:
+    """One numeric field of `n` records as a float array (one C-level pass, no list)."""
+    try:
+        return np.fromiter(items, float, n)
+    except (TypeError, ValueError) as e:
+        raise AllocationError(f"every prefix's {field} must be a number; {e}") from e
 
 
 def _concentrations(records: Sequence[Candidate] | Sequence[PrefixCandidate]) -> list | None:
@@ -290,7 +304,7 @@ class TraceAllocator(BaseAllocator):
         batch = solve_prefixes_batch(
             values, rewards, sizes, list(budgets), costs, concentrations=conc
         )
-        return [s.counts for s in batch.split()]
+        return batch.per_prompt()
 
 
 class OracleAllocator(TraceAllocator):

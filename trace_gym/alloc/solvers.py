@@ -120,11 +120,17 @@ class PrefixBatch(NamedTuple):
     objectives: np.ndarray
     bounds: np.ndarray
 
+    def per_prompt(self) -> list[np.ndarray]:
+        """Each prompt's counts, in order: views of `counts` (plain slices: `np.split` costs
+        a Python-level step per piece, 0.2 s for 30k prompts)."""
+        b = self.bounds.tolist()
+        return [self.counts[lo:hi] for lo, hi in zip(b[:-1], b[1:], strict=True)]
+
     def split(self) -> list[PrefixSolution]:
         """One `PrefixSolution` per prompt, in order."""
         return [
-            PrefixSolution(c, float(o))
-            for c, o in zip(np.split(self.counts, self.bounds[1:-1]), self.objectives, strict=True)
+            PrefixSolution(c, o)
+            for c, o in zip(self.per_prompt(), self.objectives.tolist(), strict=True)
         ]
 
 
