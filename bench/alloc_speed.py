@@ -41,6 +41,17 @@ from trace_gym.alloc.solvers import (
 )
 from trace_gym.cli import Parser
 
+#: the timed stages of `--scale`, in the order the table prints them
+STAGES = (
+    "root_s",
+    "split_s",
+    "prefix_loop_s",
+    "prefix_batch_s",
+    "prefix_api_s",
+    "solver_step_s",
+    "step_s",
+)
+
 
 def _median_seconds(fn: Callable[[], object], repeats: int) -> float:
     times = []
@@ -186,15 +197,7 @@ def run_scale(sizes: list[int], *, repeats: int = 5, loop_max: int = 65536, seed
 
 
 def _print_scale(r: dict) -> None:
-    cols = [
-        "root_s",
-        "split_s",
-        "prefix_loop_s",
-        "prefix_batch_s",
-        "prefix_api_s",
-        "solver_step_s",
-        "step_s",
-    ]
+    cols = STAGES
     print("allocation step by size (ms; x = ratio to the smallest size)")
     print(f"{'P':>7} {'prompts':>7} {'prefixes':>8} " + " ".join(f"{c[:-2]:>18}" for c in cols))
     for row in r["rows"]:

@@ -49,22 +49,14 @@ def test_cli_writes_json(tmp_path):
 
 
 def test_scale_reports_every_stage_per_size_with_ratios(tmp_path, capsys):
-    from trace_gym.bench.alloc_speed import main
+    from trace_gym.bench.alloc_speed import STAGES, main
 
     out = tmp_path / "scale.json"
     assert main(["--scale", "64,256", "--repeats", "1", "--json", str(out)]) == 0
     r = json.loads(out.read_text())
     assert r["sizes"] == [64, 256] and len(r["rows"]) == 2
     for row in r["rows"]:
-        stages = {
-            "root_s",
-            "split_s",
-            "prefix_loop_s",
-            "prefix_batch_s",
-            "prefix_api_s",
-            "solver_step_s",
-            "step_s",
-        }
+        stages = set(STAGES)
         assert stages <= set(row) and all(row[k] > 0 for k in stages)
         # the goal's step is the runner's: the prefix split through the allocator API
         assert row["step_s"] == row["root_s"] + row["split_s"] + row["prefix_api_s"]
