@@ -50,8 +50,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "build retrieval indexes (`trace-gym corpus build ...`)",
     ),
     "serve-retriever": (
-        "trace_gym.envs.hotpotqa.server:main",
-        "serve an index over HTTP (Search-R1 /retrieve)",
+        "trace_gym.envs.hotpotqa.serve:main",
+        "serve an index over HTTP (Search-R1 /retrieve), N worker processes",
     ),
     "serve-openenv": (
         "trace_gym.envs.openenv.cli:main",

@@ -216,9 +216,11 @@ class DenseRetriever(Retriever):
 
     @classmethod
     def _load_index(
-        cls, path: Path, passages: list[Passage], params: dict[str, Any]
+        cls, path: Path, passages: list[Passage], params: dict[str, Any], *, mmap: bool = False
     ) -> DenseRetriever:
-        index = _faiss().read_index(str(path / "faiss.index"))
+        faiss = _faiss()
+        flags = faiss.IO_FLAG_MMAP | faiss.IO_FLAG_READ_ONLY if mmap else 0
+        index = faiss.read_index(str(path / "faiss.index"), flags)
         if params.get("index_type") == "hnsw":
             index.hnsw.efSearch = int(params.get("ef_search", 128))
         return cls(

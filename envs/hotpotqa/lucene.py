@@ -85,6 +85,7 @@ class PyseriniRetriever(Retriever):
     """Lucene BM25 (k1=0.9, b=0.4, Porter stemming) over the same passages, via pyserini."""
 
     kind = "pyserini"
+    forkable = False  # a JVM does not survive fork()
 
     def __init__(
         self,
@@ -143,8 +144,8 @@ class PyseriniRetriever(Retriever):
 
     @classmethod
     def _load_index(
-        cls, path: Path, passages: list[Passage], params: dict[str, Any]
-    ) -> PyseriniRetriever:
+        cls, path: Path, passages: list[Passage], params: dict[str, Any], *, mmap: bool = False
+    ) -> PyseriniRetriever:  # Lucene memory-maps its segments itself
         return cls(
             passages,
             index_dir=path / "lucene",

@@ -76,7 +76,10 @@ class Retriever:
         raise NotImplementedError
 
     @classmethod
-    def _load_index(cls, path: Path, passages: list[Passage], params: dict[str, Any]) -> Retriever:
+    def _load_index(
+        cls, path: Path, passages: list[Passage], params: dict[str, Any], *, mmap: bool = False
+    ) -> Retriever:
+        """Reopen a saved index; `mmap` maps its arrays read-only instead of reading them in."""
         raise NotImplementedError
 
     def warm_up(self) -> None:
@@ -84,6 +87,12 @@ class Retriever:
 
     def close(self) -> None:
         """Release resources (threads, JVM handles); the default holds none."""
+
+    #: whether a forked copy of this retriever can serve (a JVM or a started thread pool cannot)
+    forkable: bool = True
+
+    def after_fork(self) -> None:
+        """Called in a forked server worker before it serves: renew per-process state (locks)."""
 
 
 def clamp_k(k: int, n: int) -> int:

@@ -134,9 +134,13 @@ class BM25Retriever(Retriever):
             self._bm25.save(str(path / "bm25"), show_progress=False)
         self._tok.save_vocab(str(path / "bm25"))
 
+    def after_fork(self) -> None:
+        # another thread of the parent may have held the tokenizer lock at the fork
+        self._lock = threading.Lock()
+
     @classmethod
     def _load_index(
-        cls, path: Path, passages: list[Passage], params: dict[str, Any]
+        cls, path: Path, passages: list[Passage], params: dict[str, Any], *, mmap: bool = False
     ) -> BM25Retriever:
         import bm25s
         from bm25s.tokenization import Tokenizer
@@ -148,7 +152,7 @@ class BM25Retriever(Retriever):
             )
         tok = Tokenizer(stemmer=_stemmer(stemmer), stopwords="en")
         tok.load_vocab(str(path / "bm25"))
-        index = bm25s.BM25.load(str(path / "bm25"), show_progress=False)
+        index = bm25s.BM25.load(str(path / "bm25"), mmap=mmap, show_progress=False)
         return cls(
             passages,
             k1=params.get("k1", 0.9),
@@ -217,7 +221,7 @@ KINDS: dict[str, Callable[..., Retriever]] = {
 }
 
 
-def _loader(kind: str) -> Callable[[Path, list[Passage], dict[str, Any]], Retriever]:
+def _loader(kind: str) -> Callable[..., Retriever]:
     if kind == "bm25":
         return BM25Retriever._load_index
     if kind in ("dense-flat", "dense-hnsw"):
@@ -238,8 +242,12 @@ def build_retriever(kind: str, passages: Sequence[Passage], **options: Any) -> R
     return KINDS[kind](passages, **options)
 
 
-def load_retriever(path: str | Path) -> Retriever:
-    """Reopen an index directory written by `Retriever.save` or `trace-gym corpus build`."""
+def load_retriever(path: str | Path, *, mmap: bool = False) -> Retriever:
+    """Reopen an index directory written by `Retriever.save` or `trace-gym corpus build`.
+
+    With `mmap`, the index arrays (bm25s's sparse matrix, a faiss index) are memory-mapped
+    read-only, so server workers forked from one process share one copy in the page cache.
+    """
     path = Path(path)
     meta_path = path / "meta.json"
     if not meta_path.exists():
@@ -252,7 +260,7 @@ def load_retriever(path: str | Path) -> Retriever:
             f"{path}: index format {meta.get('format')} is not supported (expected {INDEX_FORMAT}); rebuild it"
         )
     passages = load_wiki18(path / "passages.jsonl")
-    return _loader(meta["kind"])(path, passages, meta.get("params", {}))
+    return _loader(meta["kind"])(path, passages, meta.get("params", {}), mmap=mmap)
 
 
 def default_cache_dir() -> Path:

@@ -17,32 +17,39 @@ Built on FastAPI/Starlette under uvicorn (the ``retrieval`` extra). Limits
 - body size (413), queries per request (413), topk and query length (422);
 - nesting depth: bodies nested deeper than a request can be are refused (400) before
   any JSON parsing;
-- timeouts: reading the body (408), the search itself (504), idle keep-alive
-  connections (closed by uvicorn); at most ``max_connections`` open at once (503).
+- timeouts: reading the request head (closed) and body (408), the search itself (504),
+  idle connections, new ones included (closed);
+- connections: at most ``max_connections_per_client`` per client address and
+  ``max_connections`` in all, per process; past either the least recently active idle
+  connection is closed to make room, and where none is idle the newcomer gets 503
+  (`trace_gym.envs.hotpotqa.server_conn`, which also replies to half-closed clients).
 
 Concurrent requests are micro-batched (`MicroBatcher`): one batched BM25/dense search
 runs at a time on a worker thread, and the requests that arrive meanwhile (or within
 ``batch_wait_ms`` of an idle index) are searched together next, so the event loop keeps
 accepting while the index works and batches grow with the load.
+
+`RetrievalServer` serves in this process; `trace_gym.envs.hotpotqa.supervisor` runs
+several worker processes over one socket (`trace-gym serve-retriever --workers N`, in
+`trace_gym.envs.hotpotqa.serve`).
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import logging
+import os
 import re
 import socket
-import sys
 import threading
 import time
 from dataclasses import dataclass
 from typing import Any
 
 from trace_gym.envs.hotpotqa.retrievers import Hit, Retriever
+from trace_gym.envs.hotpotqa.server_conn import connection_protocol
 
-from trace_gym.cli import Parser
 from trace_gym.errors import ConfigError, TraceGymError
 from trace_gym.optional import require
 
@@ -51,9 +58,11 @@ __all__ = [
     "RetrievalServer",
     "ServerLimits",
     "make_app",
+    "app_from_environ",
     "make_server",
-    "main",
     "parse_request",
+    "payload",
+    "uvicorn_config",
 ]
 
 log = logging.getLogger(__name__)
@@ -77,10 +86,12 @@ class ServerLimits:
     read_timeout_s: float = 10.0
     #: seconds a search may take, queueing included (504 after)
     search_timeout_s: float = 30.0
-    #: seconds an idle keep-alive connection stays open
+    #: seconds an idle connection (a new one too) stays open; a request head has read_timeout_s
     keep_alive_s: float = 5.0
-    #: open connections at once (503 above)
+    #: open connections at once, per process (idle ones are closed first; then 503)
     max_connections: int = 1024
+    #: open connections per client address, per process (idle ones are closed first; then 503)
+    max_connections_per_client: int = 256
     #: how long the first request of a batch waits for others to join (milliseconds)
     batch_wait_ms: float = 2.0
     #: most queries searched in one batch
@@ -94,6 +105,7 @@ class ServerLimits:
             "max_query_chars",
             "max_depth",
             "max_connections",
+            "max_connections_per_client",
             "max_batch_queries",
         ):
             if getattr(self, name) < 1:
@@ -243,7 +255,8 @@ class MicroBatcher:
             at += len(qs)
 
 
-def _payload(results: list[list[Hit]], return_scores: bool) -> list[list[dict[str, Any]]]:
+def payload(results: list[list[Hit]], return_scores: bool) -> list[list[dict[str, Any]]]:
+    """The ``result`` field of a /retrieve response (Search-R1's shape)."""
     out = []
     for hits in results:
         docs = [{"id": h.passage.id, "contents": h.passage.contents} for h in hits]
@@ -281,8 +294,10 @@ async def _read_body(request: Any, limits: ServerLimits) -> bytes:
     return body
 
 
-def make_app(retriever: Retriever, limits: ServerLimits = ServerLimits()) -> Any:
-    """The FastAPI app serving `retriever` (run it under any ASGI server)."""
+def make_app(
+    retriever: Retriever, limits: ServerLimits = ServerLimits(), worker: int | None = None
+) -> Any:
+    """The FastAPI app serving `retriever` (any ASGI server); /health reports `worker`."""
     require("fastapi", "retrieval")
     from fastapi import FastAPI
     from fastapi.responses import Response
@@ -291,9 +306,9 @@ def make_app(retriever: Retriever, limits: ServerLimits = ServerLimits()) -> Any
     batcher = MicroBatcher(retriever, limits.batch_wait_ms / 1000, limits.max_batch_queries)
     app.state.batcher = batcher
 
-    def reply(status: int, payload: dict[str, Any]) -> Response:
+    def reply(status: int, body: dict[str, Any]) -> Response:
         return Response(
-            json.dumps(payload, ensure_ascii=False),
+            json.dumps(body, ensure_ascii=False),
             status_code=status,
             media_type="application/json",
         )
@@ -315,7 +330,7 @@ def make_app(retriever: Retriever, limits: ServerLimits = ServerLimits()) -> Any
             )
         except Exception as e:  # a failing backend is reported, the server keeps serving
             return reply(500, {"error": f"retrieval failed: {type(e).__name__}: {e}"})
-        return reply(200, {"result": _payload(results, return_scores)})
+        return reply(200, {"result": payload(results, return_scores)})
 
     async def health(request: Any) -> Response:
         return reply(
@@ -326,6 +341,8 @@ def make_app(retriever: Retriever, limits: ServerLimits = ServerLimits()) -> Any
                 "passages": len(retriever.passages),
                 "batches": batcher.batches,
                 "queries": batcher.queries,
+                "pid": os.getpid(),
+                "worker": worker,
             },
         )
 
@@ -353,16 +370,8 @@ class RetrievalServer:
 
         self.retriever = retriever
         self.limits = limits
-        self.socket = socket.create_server((host, port), reuse_port=False)
-        config = uvicorn.Config(
-            make_app(retriever, limits),
-            log_level="warning",
-            access_log=False,
-            timeout_keep_alive=limits.keep_alive_s,
-            limit_concurrency=limits.max_connections,
-            h11_max_incomplete_event_size=64 * 1024,
-        )
-        self._server = uvicorn.Server(config)
+        self.socket = socket.create_server((host, port), backlog=2048)
+        self._server = uvicorn.Server(uvicorn_config(retriever, limits))
         self._thread: threading.Thread | None = None
 
     @property
@@ -404,43 +413,36 @@ def make_server(
     return RetrievalServer(retriever, host, port, limits)
 
 
-def _limit_flags(ap: argparse.ArgumentParser) -> None:
-    for name, value in ServerLimits().__dict__.items():
-        flag = "--" + name.replace("_", "-")
-        ap.add_argument(flag, type=type(value), default=value, help=f"(default: {value})")
+def uvicorn_config(
+    retriever: Retriever, limits: ServerLimits = ServerLimits(), worker: int | None = None
+) -> Any:
+    """The uvicorn configuration every server here runs: the app and the connection policy."""
+    require("uvicorn", "retrieval")
+    import uvicorn
 
-
-def main(argv: list[str]) -> int:
-    """Serve a retrieval index over HTTP (Search-R1's /retrieve)."""
-    ap = Parser(prog="trace-gym serve-retriever", description=main.__doc__)
-    ap.add_argument(
-        "--index",
-        default="bm25",
-        help="an index directory from `trace-gym corpus build`, or a kind (bm25, dense-flat, "
-        "dense-hnsw, pyserini) to index the bundled corpus (default: bm25)",
+    return uvicorn.Config(
+        make_app(retriever, limits, worker),
+        http=connection_protocol(limits),
+        log_level="warning",
+        access_log=False,
+        timeout_keep_alive=limits.keep_alive_s,
+        # the protocol keeps connections within max_connections (closing idle ones first);
+        # uvicorn's own limit then only bounds requests in flight
+        limit_concurrency=limits.max_connections + 1,
     )
-    ap.add_argument("--host", default="127.0.0.1")
-    ap.add_argument("--port", type=int, default=8000)
-    _limit_flags(ap)
-    args = ap.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
-    from trace_gym.envs.hotpotqa.data import load_bundled
-    from trace_gym.envs.hotpotqa.retrievers import KINDS, open_retriever
 
-    try:
-        limits = ServerLimits(**{k: getattr(args, k) for k in ServerLimits().__dict__})
-        passages = load_bundled()[1] if args.index in KINDS else None
-        retriever = open_retriever(args.index, passages)
-        retriever.warm_up()  # the first request should not wait for a JIT compile
-        server = make_server(retriever, args.host, args.port, limits)
-    except (ConfigError, OSError, ImportError) as e:
-        print(f"trace-gym serve-retriever: {e}", file=sys.stderr)
-        return 2
-    print(f"serving {retriever.describe()} at {server.url}/retrieve (Ctrl-C to stop)", flush=True)
-    try:
-        server.serve_forever()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        server.server_close()
-    return 0
+
+def app_from_environ() -> Any:
+    """An app over the index directory in ``$TRACE_GYM_RETRIEVER_INDEX`` (memory-mapped).
+
+    For other ASGI servers (``gunicorn --preload 'trace_gym.envs.hotpotqa.server:app_from_environ()'``,
+    ``granian --factory``); `bench retriever-server` measures them this way.
+    """
+    from trace_gym.envs.hotpotqa.retrievers import load_retriever
+
+    path = os.environ.get("TRACE_GYM_RETRIEVER_INDEX")
+    if not path:
+        raise ConfigError("set TRACE_GYM_RETRIEVER_INDEX to an index directory")
+    retriever = load_retriever(path, mmap=True)
+    retriever.warm_up()
+    return make_app(retriever)
