@@ -28,7 +28,9 @@ def _tree(version: int) -> RolloutTree:
 def _update(stale=None, version=None):
     pol = LearnedSimPolicy("math")
     opt = torch.optim.Adam(pol.parameters(), lr=0.1)
-    out = pg_update(pol, opt, [_tree(pol.version if version is None else version)], "grpo", stale=stale)
+    out = pg_update(
+        pol, opt, [_tree(pol.version if version is None else version)], "grpo", stale=stale
+    )
     return pol, out
 
 
@@ -60,7 +62,13 @@ def test_stale_moves_are_weighted_and_units_past_the_bound_dropped():
 
 def _cfg(**over):
     cfg = lb.config_from_protocol(lb.load_protocol(PROTOCOL), progress=False)
-    for k, v in {"steps": 6, "heldout_tasks": 16, "root_budget": 8, "candidates": 8, **over}.items():
+    for k, v in {
+        "steps": 6,
+        "heldout_tasks": 16,
+        "root_budget": 8,
+        "candidates": 8,
+        **over,
+    }.items():
         setattr(cfg, k, v)
     return cfg
 

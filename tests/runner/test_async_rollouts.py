@@ -31,7 +31,9 @@ class Weights(RandomCountdownPolicy):
 def _runner(policy):
     cfg = RunnerConfig(root_budget=24, replays_per_root=2.0, m_max=8, seed=5)
     env = lambda: CountdownEnv(num_tasks=12, max_turns=6)  # noqa: E731
-    return BranchingRunner(policy, env, make_allocator("trace", m_max=8), make_predictor("features"), cfg)
+    return BranchingRunner(
+        policy, env, make_allocator("trace", m_max=8), make_predictor("features"), cfg
+    )
 
 
 def candidates(step):
