@@ -83,6 +83,11 @@ class LearnConfig:
     lm: dict[str, Any] = field(default_factory=dict)
     #: where tiny-LM runs keep their trainer directories (None: a temporary directory)
     work_dir: str | None = None
+    #: arm -> max_staleness of its asynchronous rollouts (the protocol's ``[staleness]``;
+    #: absent arms: 0, synchronous); softmax learner only
+    staleness: dict[str, int] = field(default_factory=dict)
+    #: cap of the truncated importance weight of stale moves (``[learner] stale_is_cap``)
+    stale_is_cap: float = 2.0
 
     @property
     def seed_list(self) -> list[int]:
@@ -130,6 +135,8 @@ def config_from_protocol(proto: dict[str, Any], **over: Any) -> LearnConfig:
         learner=proto["protocol"].get("learner", "softmax"),
         eval_samples=t.get("eval_samples", 1),
         lm=dict(lr),
+        staleness={str(k): int(v) for k, v in proto.get("staleness", {}).items()},
+        stale_is_cap=float(lr.get("stale_is_cap", 2.0)),
     )
     for k, v in over.items():
         if v is not None:
@@ -200,6 +207,8 @@ def _runner(cfg: LearnConfig, arm: str, seed: int, policy: Any) -> Any:
 
     alloc_name, _, branching = cfg.arms[arm]
     allocator = make_allocator(alloc_name, m_max=cfg.m_max, group_size=cfg.group_size)
+    holder: list[Any] = []
+    gen = lambda: holder[0].policy  # noqa: E731 - the policy generating now (a snapshot when async)
     rc = runner_config(  # m_max, replay_cost: the protocol's
         cfg,
         root_budget=cfg.root_budget if branching else cfg.flat_roots,
@@ -207,14 +216,55 @@ def _runner(cfg: LearnConfig, arm: str, seed: int, policy: Any) -> Any:
         seed=seed,
     )
     if alloc_name == "oracle":
-        pred = LearnedValuePredictor(policy)
+        pred = LearnedValuePredictor(gen)
     else:
         name, kw = parse_predictor(cfg.predictor)
         pred = make_predictor(name, **kw)
     kwargs = dict(
         preset=cfg.preset, num_tasks=cfg.steps * cfg.candidates, seed=cfg.train_pool_base + seed
     )
-    return BranchingRunner(policy, lambda: LearnerEnv(policy, **kwargs), allocator, pred, rc)
+    runner = BranchingRunner(policy, lambda: LearnerEnv(gen, **kwargs), allocator, pred, rc)
+    holder.append(runner)
+    return runner
+
+
+def _record(arm: str, seed: int, step: int, cands: list[str], rep: Any) -> dict[str, Any]:
+    """The per-step fields of a record that come from the step's report."""
+    return {
+        "arm": arm,
+        "seed": seed,
+        "step": step,
+        "tasks": hashlib.sha256(" ".join(cands).encode()).hexdigest()[:16],
+        "accounted_cost": float(rep.accounted_cost),
+        "measured_turns": int(rep.measured_turns),
+        "generated_tokens": int(rep.generated_tokens),
+        "roots": int(rep.roots),
+        "replays": int(rep.replays),
+    }
+
+
+def _steps(cfg: LearnConfig, arm: str, seed: int, runner: Any, policy: Any) -> Any:
+    """Each step's (candidates, trees, report, `Staleness` or None) - asynchronous (the
+    producer of `trace_gym.async_rollouts`, ``cfg.staleness[arm]`` > 0) or not. The caller
+    publishes its update after each step (the generator's ``send(None)``)."""
+    from trace_gym.bench.sim_learner import Staleness
+
+    from trace_gym.async_rollouts import AsyncRollouts
+
+    stream = task_stream(cfg, seed)
+    k = cfg.staleness.get(arm, 0)
+    if k == 0:
+        for step, cands in enumerate(stream):
+            trees, rep = runner.run_step(step, cands)
+            yield cands, trees, rep, None
+        return
+    with AsyncRollouts(
+        runner, lambda s: stream[s], max_staleness=k, stop=len(stream), policy=policy
+    ) as pipe:
+        for step, cands in enumerate(stream):
+            got = pipe.get(step)
+            yield cands, got.trees, got.report, Staleness(got.policy, k, cfg.stale_is_cap)
+            pipe.publish()
 
 
 def run_arm(cfg: LearnConfig, arm: str, seed: int, tick: Any = None) -> list[dict[str, Any]]:
@@ -241,24 +291,15 @@ def run_arm(cfg: LearnConfig, arm: str, seed: int, tick: Any = None) -> list[dic
         }
     ]
     try:
-        for step, cands in enumerate(task_stream(cfg, seed)):
-            trees, rep = runner.run_step(step, cands)
+        for step, (cands, trees, rep, stale) in enumerate(_steps(cfg, arm, seed, runner, policy)):
             upd = pg_update(
-                policy, opt, trees, optimiser, cfg.clip_low, cfg.clip_high, cfg.aggregation
+                policy, opt, trees, optimiser, cfg.clip_low, cfg.clip_high, cfg.aggregation, stale
             )
             bm = batch_metrics(trees)
             last = step == cfg.steps - 1
             records.append(
                 {
-                    "arm": arm,
-                    "seed": seed,
-                    "step": step,
-                    "tasks": hashlib.sha256(" ".join(cands).encode()).hexdigest()[:16],
-                    "accounted_cost": float(rep.accounted_cost),
-                    "measured_turns": int(rep.measured_turns),
-                    "generated_tokens": int(rep.generated_tokens),
-                    "roots": int(rep.roots),
-                    "replays": int(rep.replays),
+                    **_record(arm, seed, step, cands, rep),
                     "reward": float(bm["success_rate"]),
                     "effective_ratio": float(bm["effective_ratio"]),
                     **upd,

@@ -160,6 +160,8 @@ def goals(
     arms: dict[str, Any], comps: dict[str, Any], proto: dict[str, Any]
 ) -> list[dict[str, Any]]:
     """The issue's goals on this run (measured, never asserted)."""
+    if "staleness" in proto:
+        return staleness_goals(arms, comps, proto)
     share = arms.get("trace", {}).get("cost_to_target_share")
     c = comps.get("trace_vs_treepo", {})
     limit = proto["comparisons"]["cost_goal"]
@@ -188,8 +190,37 @@ def goals(
     ]
 
 
+def staleness_goals(
+    arms: dict[str, Any], comps: dict[str, Any], proto: dict[str, Any]
+) -> list[dict[str, Any]]:
+    """An asynchronous-rollouts protocol's goal (issue 29): each asynchronous arm's mean AUC
+    inside the synchronous target arm's 95% t interval; the paired difference beside it."""
+    sync = proto["comparisons"]["target_arm"]
+    out = []
+    for arm, k in proto["staleness"].items():
+        if not k or arm not in arms or sync not in arms:
+            continue
+        a, s = arms[arm], arms[sync]
+        c = comps.get(f"{arm}_vs_{sync}", {})
+        out.append(
+            {
+                "goal": f"{arm}'s AUC (cost) inside {sync}'s 95% CI ({s['auc']:.4f} +- {s['auc_ci95']:.4f})",
+                "value": a["auc"],
+                "met": abs(a["auc"] - s["auc"]) <= s["auc_ci95"],
+                "note": f"paired difference {c.get('effect', float('nan')):+.4f} +- "
+                f"{c.get('effect_ci95', float('nan')):.4f}, p {c.get('p_value', float('nan')):.3g}",
+            }
+        )
+    return out
+
+
 def _run_one(cfg: Any, arm: str, seed: int, tick: Any = None) -> list[dict[str, Any]]:
     if cfg.learner == "tiny-lm":
+        if cfg.staleness.get(arm, 0):
+            raise ConfigError(
+                "asynchronous arms ([staleness]) are run by the softmax learner only; the "
+                "tiny-LM trainer's own switch is rollout.max_staleness"
+            )
         from trace_gym.bench.learn_lm import run_lm_arm
 
         return run_lm_arm(cfg, arm, seed, tick=tick)

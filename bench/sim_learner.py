@@ -12,6 +12,12 @@ Trees come from the same `BranchingRunner`, allocators and predictors as every o
 run; advantages from `trace_gym.trainers.advantages`; the update is `policy_loss` of
 `trace_gym.trainers.losses` on per-move log-probabilities (one on-policy epoch, Adam).
 Held-out success is exact: `trace_gym.sim.policy_value` under the current policy.
+
+Asynchronous rollouts (`trace_gym.async_rollouts`): `LearnedSimPolicy.snapshot` is the
+frozen copy the producer generates with, and `pg_update(..., behaviour=snapshot)` weights
+the moves of stale units by the truncated ratio min(pi / pi_behaviour, is_cap) (the
+simulator's answer and malformed probabilities do not depend on the parameters, so the
+ratio of the move softmaxes is the ratio of the recorded choices' probabilities).
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ import numpy as np
 from trace_gym.trainers.advantages import TrainUnit, compute_advantages
 from trace_gym.trainers.losses import policy_loss
 
+from trace_gym.async_rollouts import unit_staleness
 from trace_gym.errors import ConfigError
 from trace_gym.optional import require
 from trace_gym.policy import Conversation, PolicyOutput
@@ -43,6 +50,7 @@ __all__ = [
     "LearnedValuePredictor",
     "LearnerEnv",
     "MoveFeatures",
+    "Staleness",
     "exact_success",
     "pg_update",
     "unit_moves",
@@ -98,6 +106,15 @@ class LearnedSimPolicy:
 
     def parameters(self) -> list[Any]:
         return [self.theta, self.beta]
+
+    def snapshot(self) -> LearnedSimPolicy:
+        """A frozen copy (the parameters as of now, the same version) to generate with."""
+        snap = object.__new__(LearnedSimPolicy)
+        snap.preset = self.preset
+        snap.theta, snap.beta = self.theta.detach().clone(), self.beta.detach().clone()
+        snap._theta, snap._beta = self._theta.copy(), self._beta.copy()
+        snap.version, snap._tables = self.version, {}
+        return snap
 
     def _sync(self) -> None:
         self._theta = self.theta.detach().numpy().copy()
@@ -171,12 +188,25 @@ def exact_success(policy: LearnedSimPolicy, tasks: Sequence[SimTask]) -> float:
     return float(np.mean([policy_success(t, policy.task_move_probs(t)) for t in tasks]))
 
 
-class LearnerEnv(SimEnv):
-    """`trace/Sim-v0` whose `true_value()` is exact under a `LearnedSimPolicy` (for the oracle arm)."""
+def _resolve(policy: Any) -> LearnedSimPolicy:
+    """A `LearnedSimPolicy`, or a zero-argument function giving the one to follow now
+    (``lambda: runner.policy``: an asynchronous run's snapshot of the step)."""
+    return policy if isinstance(policy, LearnedSimPolicy) else policy()
 
-    def __init__(self, policy: LearnedSimPolicy, **kwargs: Any):
+
+class LearnerEnv(SimEnv):
+    """`trace/Sim-v0` whose `true_value()` is exact under a `LearnedSimPolicy` (for the oracle arm).
+
+    `policy` is the policy, or a function giving the one generating now (see `_resolve`).
+    """
+
+    def __init__(self, policy: LearnedSimPolicy | Any, **kwargs: Any):
         super().__init__(**kwargs)
-        self.learner = policy
+        self._learner = policy
+
+    @property
+    def learner(self) -> LearnedSimPolicy:
+        return _resolve(self._learner)
 
     def true_value(self) -> float:
         if self._task_index is None or (self._done and self._reward is not None):
@@ -191,8 +221,12 @@ class LearnedValuePredictor:
 
     name = "learned_oracle"
 
-    def __init__(self, policy: LearnedSimPolicy):
-        self.policy = policy
+    def __init__(self, policy: LearnedSimPolicy | Any):
+        self._policy = policy
+
+    @property
+    def policy(self) -> LearnedSimPolicy:
+        return _resolve(self._policy)
 
     def predict(self, states: Sequence[Any]) -> np.ndarray:
         out = []
@@ -254,6 +288,38 @@ def _batch(policy: LearnedSimPolicy, trees: Sequence[RolloutTree], units: Sequen
     )
 
 
+def _move_logp(policy: LearnedSimPolicy, topic: Any, hint: Any, turn: Any, move: Any) -> Any:
+    """log pi(move | topic, hint, turn) of the move softmax, per trained move [n]."""
+    logits = policy.theta[topic, hint] + policy.beta[turn]
+    return torch.log_softmax(logits, -1).gather(-1, move[:, None]).squeeze(-1)
+
+
+@dataclass
+class Staleness:
+    """Asynchronous rollouts in `pg_update`: the policy that generated the trees, the bound."""
+
+    #: the frozen policy the trees were generated with (`LearnedSimPolicy.snapshot`)
+    behaviour: LearnedSimPolicy
+    #: units staler than this (in policy versions) are dropped
+    max_staleness: int
+    #: cap of the truncated importance weight pi / pi_behaviour of stale moves
+    is_cap: float = 2.0
+
+
+def _stale_units(
+    policy: LearnedSimPolicy, trees: Sequence[RolloutTree], units: list[TrainUnit], st: Staleness
+) -> tuple[list[TrainUnit], list[int], int]:
+    """(units within the bound, their staleness, how many were dropped)."""
+    keep, ages = [], []
+    for u in units:
+        age = unit_staleness(trees[u.tree], u.nodes, policy.version)
+        age = 0 if age is None else age
+        if age <= st.max_staleness:
+            keep.append(u)
+            ages.append(age)
+    return keep, ages, len(units) - len(keep)
+
+
 def pg_update(
     policy: LearnedSimPolicy,
     optimizer: Any,
@@ -262,28 +328,42 @@ def pg_update(
     clip_low: float = 0.2,
     clip_high: float = 0.28,
     aggregation: str = "token_mean",
+    stale: Staleness | None = None,
 ) -> dict[str, float]:
-    """One on-policy update: advantages by name, `policy_loss` on the per-move log-probs."""
+    """One update: advantages by name, `policy_loss` on the per-move log-probs; with
+    `stale`, units past its bound dropped and stale moves importance-weighted."""
     units = [u for u in compute_advantages(optimiser, trees) if u.advantage != 0.0]
+    extra: dict[str, float] = {}
+    ages: list[int] = [0] * len(units)
+    if stale is not None:
+        units, ages, dropped = _stale_units(policy, trees, units, stale)
+        extra = {"dropped_stale": float(dropped), "staleness": float(np.mean(ages or [0]))}
     if not units:
-        return {"units": 0.0, "trained_moves": 0.0, "pg_loss": 0.0}
+        return {"units": 0.0, "trained_moves": 0.0, "pg_loss": 0.0, **extra}
     (rows, cols, topic, hint, turn, move), adv, wts, shape = _batch(policy, trees, units)
     if rows.numel() == 0:
-        return {"units": float(len(units)), "trained_moves": 0.0, "pg_loss": 0.0}
-    logits = policy.theta[topic, hint] + policy.beta[turn]
-    lp = torch.log_softmax(logits, -1).gather(-1, move[:, None]).squeeze(-1)
+        return {"units": float(len(units)), "trained_moves": 0.0, "pg_loss": 0.0, **extra}
+    lp = _move_logp(policy, topic, hint, turn, move)
 
     def grid(values: Any) -> Any:
         g = torch.zeros(shape, dtype=torch.float64)
         return g.index_put((rows, cols), values)
 
     logp, mask = grid(lp), grid(torch.ones_like(lp))
+    is_w = None
+    if stale is not None and any(ages):
+        with torch.no_grad():
+            ratio = torch.exp(lp - _move_logp(stale.behaviour, topic, hint, turn, move))
+            old = torch.tensor(ages, dtype=torch.long)[rows] > 0  # moves of stale units
+            is_w = grid(torch.where(old, torch.clamp(ratio, max=stale.is_cap), 1.0))
+            extra["is_weight"] = float(is_w[mask > 0].mean())
     out = policy_loss(
         logp,
         logp.detach(),
         grid(adv),
         mask,
         grid(wts),
+        is_weights=is_w,
         clip_low=clip_low,
         clip_high=clip_high,
         aggregation=aggregation,
@@ -296,4 +376,5 @@ def pg_update(
         "units": float(len(units)),
         "trained_moves": float(rows.numel()),
         "pg_loss": out.pg_loss,
+        **extra,
     }

@@ -102,14 +102,16 @@ def training_state(tr: Any) -> dict[str, Any]:
     }
     if torch.cuda.is_available():
         rng["cuda"] = torch.cuda.get_rng_state_all()
-    predictor = tr.runner.predictor
+    # an asynchronous run's runner is ahead of the trainer: its state as of the trained step
+    runner = tr.checkpoint_runner() if hasattr(tr, "checkpoint_runner") else tr.runner
+    predictor = runner.predictor
     return {
         "step": tr.step,
         "rng": rng,
         "predictor": None if predictor is None else predictor.state_dict(),
-        "history": dict(tr.runner.history),
+        "history": dict(runner.history),
         "config": tr.config.to_dict(),
-        "rollout_costs": None if tr.runner.costs is None else dict(tr.runner.costs.mean),
+        "rollout_costs": None if runner.costs is None else dict(runner.costs.mean),
         "metrics": getattr(tr, "last_metrics", None),
     }
 

@@ -285,6 +285,11 @@ class RolloutConfig:
     #: generation-engine actors the workers call (with `ray_address`; 0: the policy on
     #: each worker). The trainer's weights reach them by version after every step.
     ray_engines: int = 0
+    #: asynchronous rollouts: step t+1's trees grow (in a background thread, from a frozen
+    #: copy of the policy) while step t trains, at most this many updates stale; samples
+    #: past it are dropped, stale ones weighted by a truncated importance ratio
+    #: (`algo.stale_is_cap`). 0: synchronous (docs/distributed.md "Asynchronous rollouts")
+    max_staleness: int = 0
 
     def __post_init__(self) -> None:
         from trace_gym.alloc import allocator_class
@@ -316,6 +321,8 @@ class RolloutConfig:
             raise ConfigError(
                 f"rollout.train_tasks must be >= 1 (or unset), got {self.train_tasks}"
             )
+        if self.max_staleness < 0:
+            raise ConfigError(f"rollout.max_staleness must be >= 0, got {self.max_staleness}")
 
     def _check_kwargs(self) -> None:
         """Each ``*_kwargs`` table against the constructor it is for: a typo fails here, at
@@ -359,6 +366,10 @@ class AlgoConfig:
     kl_coef: float = 0.0
     #: cap of the truncated importance weight exp(trainer - generator) logprobs (None: off)
     tis_cap: float | None = None
+    #: cap of the truncated importance weight exp(trainer - generator) of samples generated
+    #: by an older policy (asynchronous rollouts, `rollout.max_staleness`); with `tis_cap`
+    #: set, the smaller of the two
+    stale_is_cap: float = 2.0
     #: leave zero-advantage units out of the batch (they only add KL terms)
     skip_zero_advantage: bool = True
 
@@ -381,6 +392,8 @@ class AlgoConfig:
             raise ConfigError(f"algo.dual_clip must be > 1 (or None), got {self.dual_clip}")
         if self.kl_coef < 0:
             raise ConfigError(f"algo.kl_coef must be >= 0, got {self.kl_coef}")
+        if self.stale_is_cap <= 0:
+            raise ConfigError(f"algo.stale_is_cap must be > 0, got {self.stale_is_cap}")
 
 
 @dataclass

@@ -46,6 +46,8 @@ class Sample:
     nodes: tuple[int, ...] = ()
     #: 1 where the generator recorded the token's logprob (None: known nowhere)
     gen_known: list[int] | None = None
+    #: trainer updates since the oldest policy that generated its nodes (asynchronous rollouts)
+    staleness: int = 0
 
     @property
     def num_trained(self) -> int:

@@ -272,6 +272,11 @@ class ShardedTrainer(Trainer):
                 "dist: Ray rollouts (rollout.ray_address) are not supported with FSDP over "
                 "several ranks; rank 0 grows the trees itself"
             )
+        if config.rollout.max_staleness and self.dist.world_size > 1:
+            raise ConfigError(
+                "dist: asynchronous rollouts (rollout.max_staleness > 0) are not supported "
+                "with FSDP over several ranks; set rollout.max_staleness = 0"
+            )
         if not self.dist.is_main:
             config = copy.deepcopy(config)
             config.progress = False
