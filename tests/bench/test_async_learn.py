@@ -10,6 +10,7 @@ torch = pytest.importorskip("torch")
 from trace_gym.bench import learn as lb  # noqa: E402
 from trace_gym.bench.learn_cli import goals  # noqa: E402
 from trace_gym.bench.sim_learner import LearnedSimPolicy, Staleness, pg_update  # noqa: E402
+
 from trace_gym.tree import RolloutTree, Turn  # noqa: E402
 
 PROMPT = "Task x. Topic: algebra. Initial assessment: fair (level 3/5). You have 3 turns. Next: you notice a date."

@@ -111,7 +111,7 @@ def test_a_checkpoint_holds_the_runner_state_of_the_trained_step(
         return original(self)
 
     monkeypatch.setattr(Trainer, "save", save)
-    tr = _run(tmp_path, "ck", policy_factory, guess_env_factory, max_staleness=1)
+    _run(tmp_path, "ck", policy_factory, guess_env_factory, max_staleness=1)
     prompts = [
         {t.prompt_id for t in load_trees(tmp_path / "ck" / "trees" / f"step_{s:06d}.jsonl.gz")}
         for s in range(3)

@@ -790,10 +790,10 @@ def _knapsack_split(
 
 
 def solve_prefixes(
-    values: Sequence[float],
-    rewards: Sequence[float],
+    values: Sequence[float] | np.ndarray,
+    rewards: Sequence[float] | np.ndarray,
     budget: float,
-    costs: Sequence[float] | None = None,
+    costs: Sequence[float] | np.ndarray | None = None,
     *,
     resolution: int = 100,
     concentrations: Sequence[float | None] | None = None,
@@ -882,11 +882,11 @@ def _batch_shape(sizes, budgets, prefixes: int) -> tuple[np.ndarray, np.ndarray]
 
 
 def solve_prefixes_batch(
-    values: Sequence[float],
-    rewards: Sequence[float],
+    values: Sequence[float] | np.ndarray,
+    rewards: Sequence[float] | np.ndarray,
     sizes: Sequence[int],
     budgets: Sequence[float],
-    costs: Sequence[float] | None = None,
+    costs: Sequence[float] | np.ndarray | None = None,
     *,
     resolution: int = 100,
     concentrations: Sequence[float | None] | None = None,
