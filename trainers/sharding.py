@@ -342,9 +342,9 @@ class ShardedTrainer(Trainer):
         return self._push(bump=True)
 
     # ------------------------------------------------------------------ step
-    def samples(self, trees: Sequence[Any]) -> tuple[list[Sample], dict[str, float]]:
+    def samples(self, trees: Sequence[Any], lag: int = 0) -> tuple[list[Sample], dict[str, float]]:
         """Rank 0: build the samples and broadcast them to the other ranks."""
-        return self._broadcast(super().samples(trees))
+        return self._broadcast(super().samples(trees, lag))
 
     def train_step(self, step: int) -> dict[str, Any]:
         if self.dist.is_main:
