@@ -79,6 +79,7 @@ __all__ = [
     "solve_prefixes",
     "solve_roots",
     "solve_roots_costed",
+    "solve_roots_costed_reference",
     "solve_roots_reference",
     "split_budget",
     "whole_number",
@@ -584,24 +585,8 @@ def solve_roots_reference(
     return RootSolution(counts, _root_objective(v, conc, counts))
 
 
-def solve_roots_costed(
-    values: Sequence[float],
-    costs: Sequence[float],
-    budget: float,
-    m_max: int = 16,
-    resolution: int = 8,
-    *,
-    concentrations: Sequence[float | None] | None = None,
-) -> RootSolution:
-    """The root problem when prompts' rollouts cost differently (a multi-env mixture).
-
-    Maximise sum f(v_i, m_i) over m_i in {0, 2..m_max} subject to sum c_i m_i <= budget
-    (`budget` and the costs in the same unit, e.g. "average rollouts"). Exact DP over
-    integerised costs: ``resolution`` units per unit of cost, each prompt's m-rollout
-    cost rounded *up* (so the plan never overspends), budget rounded down. Ties go to
-    the smaller m, prompts in order. O(P * m_max * budget * resolution) numpy work.
-    `concentrations`: the posterior objective, as in `solve_roots`.
-    """
+def _costed_problem(values, costs, budget, m_max, resolution, concentrations):
+    """Checked inputs of the costed root problem: (v, conc, unit costs, budget units, m_max)."""
     v = clip_values(values)
     conc = check_concentrations(concentrations, v.size)
     try:
@@ -613,25 +598,288 @@ def solve_roots_costed(
             f"need one finite cost > 0 per prompt: got {c.shape} costs for {v.shape} values"
         )
     m_max = _check_m_max(m_max)
-    if not np.isfinite(budget) or budget < 0 or resolution < 1:
+    if not np.isfinite(budget) or budget < 0 or isinstance(resolution, bool) or resolution < 1:
         raise AllocationError(
             f"root budget must be finite and >= 0 (got {budget}) and resolution >= 1"
         )
     units = int(np.floor(budget * resolution + 1e-9))
+    w = np.ceil(c * resolution - 1e-9).astype(np.int64)
+    return v, conc, w, units, m_max
+
+
+def solve_roots_costed(
+    values: Sequence[float] | np.ndarray,
+    costs: Sequence[float] | np.ndarray,
+    budget: float,
+    m_max: int = 16,
+    resolution: int = 8,
+    *,
+    concentrations: Sequence[float | None] | None = None,
+) -> RootSolution:
+    """The root problem when prompts' rollouts cost differently (a multi-env mixture).
+
+    Maximise sum f(v_i, m_i) over m_i in {0, 2..m_max} subject to sum c_i m_i <= budget
+    (`budget` and the costs in the same unit, e.g. "average rollouts"). Costs are
+    integerised as in `solve_roots_costed_reference`: ``resolution`` units per unit of
+    cost, each prompt's cost rounded *up* (so the plan never overspends), the budget
+    rounded down; the result has that DP's objective (ties may pick other counts).
+
+    Built for few distinct costs (a mixture: one cost per env), near-linear in P
+    (docs/alloc.md "Mixtures: the cost-class solver"): prompts of equal cost form a
+    class, and within a class the best b rollouts are the flat problem (`solve_roots`'s
+    increments, greedy + repair). The class counts come from the concave relaxation's LP
+    (a ratio threshold), then an exact DP over every class's counts in a box of radius
+    2 w_max + 2 around them (w_max: the largest cost in units after dividing out their
+    gcd; the proximity bound of the relaxation's integer optimum), re-centred on its
+    solution until it is interior. `concentrations`: the posterior objective, as in
+    `solve_roots`.
+    """
+    v, conc, w, units, m_max = _costed_problem(
+        values, costs, budget, m_max, resolution, concentrations
+    )
+    if units < 2 * int(w.min()):  # not even one prompt at m = 2
+        return RootSolution(np.zeros(v.size, dtype=np.int64), 0.0)
+    g = int(np.gcd.reduce(w))
+    w, units = w // g, units // g
+    classes, inv = np.unique(w, return_inverse=True)
+    if classes.size == 1:  # one cost: the flat problem, best total <= budget
+        sub = solve_roots(
+            v, units // int(classes[0]), m_max, exact_budget=False, concentrations=conc
+        )
+        return RootSolution(sub.counts, _root_objective(v, conc, sub.counts))
+    inc = root_increments(v, m_max) if conc is None else _posterior_increments(v, conc, m_max)
+    counts = _CostClasses(inc, inv, classes, units).solve()
+    return RootSolution(counts, _root_objective(v, conc, counts))
+
+
+class _ClassBand(NamedTuple):
+    """One cost class's items around the threshold, in greedy order (value desc, index)."""
+
+    rows: np.ndarray  # the class's prompt indices (into the problem)
+    top: int  # items ranked above the band (all taken)
+    top_value: float  # their sum
+    top_counts: np.ndarray  # their count per class prompt
+    band: np.ndarray  # local flat item indices of the band, in greedy order
+    band_cum: np.ndarray  # F(top + j) - top_value for j = 0..len(band)
+    size: int  # items in the class (prompts x m_max)
+
+
+class _CostClasses:
+    """The cost-class solver of `solve_roots_costed` (see its docstring and docs/alloc.md)."""
+
+    #: largest box DP (states x counts, summed over classes) before the solver gives up
+    MAX_BOX_CELLS = 50_000_000
+
+    def __init__(self, inc: np.ndarray, inv: np.ndarray, classes: np.ndarray, units: int):
+        self.inc, self.m_max = inc, inc.shape[1]
+        self.w = classes.astype(np.int64)
+        self.units = units
+        self.rows = [np.flatnonzero(inv == k) for k in range(classes.size)]
+        self.inc_k = [inc[r] for r in self.rows]
+        self.radius = 2 * int(self.w.max()) + 2
+        #: each class's items (prompt-major: local index = prompt * m_max + step)
+        self.flat = [x.ravel() for x in self.inc_k]
+        self.sizes = np.array([f.size for f in self.flat])
+        self.starts = np.concatenate([[0], np.cumsum(self.sizes)])
+
+    # ---------------------------------------------------------------- the LP threshold
+    def _bands(self, spread: int) -> tuple[list[_ClassBand], np.ndarray] | None:
+        """Per-class bands around the LP threshold and the LP's class counts; None: widen.
+
+        The threshold is bracketed on a fixed-seed sample of the items' ratios (value /
+        cost), `spread` sample ranks either side; one pass over all items then checks the
+        bracket (the items above it must fit the budget, the band must reach it) and
+        keeps the band, sorted. Only the bracket's width depends on the sample: the
+        classes' counts and values are exact.
+        """
+        n = int(self.starts[-1])
+        idx = np.random.default_rng(0x7ACE).integers(0, n, min(n, 4096))
+        k_of = np.searchsorted(self.starts, idx, side="right") - 1
+        ratio = np.empty(idx.size)
+        for k, f in enumerate(self.flat):
+            sel = k_of == k
+            ratio[sel] = f[idx[sel] - self.starts[k]] / self.w[k]
+        order = np.argsort(-ratio, kind="stable")
+        sample, cum = ratio[order], np.cumsum(self.w[k_of][order]) * (n / idx.size)
+        at = int(np.searchsorted(cum, self.units))
+        hi_i, lo_i = at - spread, at + spread
+        lam_hi = np.inf if hi_i < 0 else float(sample[hi_i])
+        lam_lo = -np.inf if lo_i >= sample.size else float(sample[lo_i])
+        tops, mines = [], []
+        above = within = 0
+        for k, f in enumerate(self.flat):
+            wk = float(self.w[k])
+            t = f > lam_hi * wk
+            mine = np.flatnonzero((f >= lam_lo * wk) & ~t)
+            tops.append(t)
+            mines.append(mine)
+            above += int(self.w[k]) * int(np.count_nonzero(t))
+            within += int(self.w[k]) * mine.size
+        if (np.isfinite(lam_hi) and above > self.units) or (
+            np.isfinite(lam_lo) and above + within < self.units
+        ):
+            return None
+        # the LP: band items by ratio (ties: class, then index) until the budget is spent
+        cls = np.repeat(np.arange(self.w.size), [m.size for m in mines])
+        loc = np.concatenate(mines) if mines else np.zeros(0, dtype=np.int64)
+        key = np.concatenate([self.flat[k][m] / self.w[k] for k, m in enumerate(mines)])
+        lp_order = np.lexsort((loc, cls, -key))
+        spent = np.cumsum(self.w[cls[lp_order]])
+        taken = cls[lp_order[: int(np.searchsorted(spent, self.units - above, side="right"))]]
+        lp = np.bincount(taken, minlength=self.w.size).astype(np.int64)
+        bands = []
+        for k, rows in enumerate(self.rows):
+            f, t, mine = self.flat[k], tops[k], mines[k]
+            mine = mine[np.lexsort((mine, -f[mine]))]  # greedy order inside the class
+            top = int(np.count_nonzero(t))
+            lp[k] += top
+            bands.append(
+                _ClassBand(
+                    rows,
+                    top,
+                    float(f[t].sum()),
+                    t.reshape(rows.size, self.m_max).sum(axis=1),
+                    mine,
+                    np.concatenate([[0.0], np.cumsum(f[mine])]),
+                    f.size,
+                )
+            )
+        return bands, lp
+
+    # ---------------------------------------------------------------- exact class values
+    def _counts(self, cb: _ClassBand, b: int) -> np.ndarray:
+        """The greedy (relaxed) counts of the class's best b items."""
+        extra = cb.band[: b - cb.top] // self.m_max
+        return cb.top_counts + np.bincount(extra, minlength=cb.rows.size)
+
+    def _exact(self, k: int, cb: _ClassBand, b: int) -> tuple[float, np.ndarray | None]:
+        """Best value of class k with exactly b rollouts, and its counts when asked."""
+        j = b - cb.top
+        relaxed = cb.top_value + float(cb.band_cum[j])
+        if b == 0 or cb.band[j - 1] % self.m_max != 0:  # no prompt left at m = 1
+            return relaxed, None
+        g = self._counts(cb, b - 1)
+        fixed = repair_counts(self.inc_k[k], g, self.m_max)
+        if fixed is None:
+            return -np.inf, None
+        return cb.top_value + float(cb.band_cum[j - 1]) + fixed[1], fixed[0]
+
+    # ---------------------------------------------------------------- the box DP
+    def solve(self) -> np.ndarray:
+        spread = 16 + 4 * int(np.sqrt(self.units / self.w.mean() * 4096 / self.starts[-1]) + 1)
+        got = self._bands(spread)
+        while got is None:
+            spread *= 4
+            got = self._bands(spread)
+        bands, centre = got
+        caps = np.array(
+            [min(cb.size, self.units // int(wk)) for cb, wk in zip(bands, self.w, strict=True)]
+        )
+        best_value, best_b = -np.inf, None
+        for _ in range(64):
+            lo = np.maximum(centre - self.radius, 0)
+            hi = np.minimum(centre + self.radius, caps)
+            if any(
+                (lo[k] <= cb.top and cb.top > 0) or hi[k] > cb.top + cb.band.size
+                for k, cb in enumerate(bands)
+            ):
+                spread *= 4  # the box left the band: widen it
+                got = self._bands(spread)
+                while got is None:
+                    spread *= 4
+                    got = self._bands(spread)
+                bands = got[0]
+                continue
+            value, b = self._box(bands, lo, hi)
+            if value <= best_value + 1e-12:
+                break
+            best_value, best_b = value, b
+            edge = ((b == lo) & (lo > 0)) | ((b == hi) & (hi < caps))
+            if not edge.any():
+                break
+            centre = b
+        assert best_b is not None
+        counts = np.zeros(self.inc.shape[0], dtype=np.int64)
+        for k, cb in enumerate(bands):
+            fixed = self._exact(k, cb, int(best_b[k]))[1]
+            counts[cb.rows] = self._counts(cb, int(best_b[k])) if fixed is None else fixed
+        return counts
+
+    def _box(self, bands: list[_ClassBand], lo: np.ndarray, hi: np.ndarray):
+        """Exact best of sum E_k(b_k), sum w_k b_k <= units, lo <= b <= hi; (value, b)."""
+        base = int(self.w @ lo)
+        span = self.units - base
+        if span < 0:
+            return -np.inf, lo
+        states = min(span, int(self.w @ (hi - lo))) + 1
+        cells = states * int((hi - lo + 1).sum())
+        if cells > self.MAX_BOX_CELLS:
+            raise AllocationError(
+                f"the cost-class solver's box needs {cells:.3g} cells (limit "
+                f"{self.MAX_BOX_CELLS:.3g}): too many distinct rollout costs; round the costs "
+                "to fewer values (a lower resolution)"
+            )
+        dp = np.full(states, -np.inf)
+        dp[0] = 0.0
+        picks = []
+        for k, cb in enumerate(bands):
+            wk = int(self.w[k])
+            vals = np.array([self._exact(k, cb, b)[0] for b in range(lo[k], hi[k] + 1)])
+            new = np.full(states, -np.inf)
+            arg = np.zeros(states, dtype=np.int64)
+            for d, val in enumerate(vals):
+                shift = d * wk
+                if shift >= states or not np.isfinite(val):
+                    continue
+                cand = dp[: states - shift] + val
+                better = cand > new[shift:]
+                new[shift:][better] = cand[better]
+                arg[shift:][better] = d
+            dp = new
+            picks.append(arg)
+        u = int(np.argmax(dp))
+        value = float(dp[u])
+        b = np.zeros(len(bands), dtype=np.int64)
+        for k in range(len(bands) - 1, -1, -1):
+            d = int(picks[k][u])
+            b[k] = lo[k] + d
+            u -= d * int(self.w[k])
+        return value, b
+
+
+def solve_roots_costed_reference(
+    values: Sequence[float],
+    costs: Sequence[float],
+    budget: float,
+    m_max: int = 16,
+    resolution: int = 8,
+    *,
+    concentrations: Sequence[float | None] | None = None,
+) -> RootSolution:
+    """Reference DP for `solve_roots_costed` over integerised costs, O(P * m_max * budget).
+
+    ``resolution`` units per unit of cost, each prompt's m-rollout cost rounded *up* (so
+    the plan never overspends), budget rounded down. Ties go to the smaller m, prompts in
+    order. Slow and memory-hungry (a P x budget table), obviously right: the tests and
+    `trace-gym bench alloc-speed --mixture` check the class solver against it.
+    """
+    v, conc, w, units, m_max = _costed_problem(
+        values, costs, budget, m_max, resolution, concentrations
+    )
     ms = np.array([0, *range(2, m_max + 1)])
     dp = np.full(units + 1, -np.inf)
     dp[0] = 0.0
     choice = np.zeros((v.size, units + 1), dtype=np.int16)
     table = _value_table(v, conc, m_max)
     for i in range(v.size):
-        w = np.ceil(ms * c[i] * resolution - 1e-9).astype(int)
+        wi = ms * int(w[i])
         gain = table[i, ms]
         best, arg = dp.copy(), np.zeros(units + 1, dtype=np.int16)
         for k in range(1, ms.size):
-            if w[k] > units:
+            if wi[k] > units:
                 break
             cand = np.full(units + 1, -np.inf)
-            cand[w[k] :] = dp[: units + 1 - w[k]] + gain[k]
+            cand[wi[k] :] = dp[: units + 1 - wi[k]] + gain[k]
             better = cand > best
             best[better], arg[better] = cand[better], k
         dp, choice[i] = best, arg
@@ -640,7 +888,7 @@ def solve_roots_costed(
     for i in range(v.size - 1, -1, -1):
         k = int(choice[i, b])
         counts[i] = ms[k]
-        b -= int(np.ceil(ms[k] * c[i] * resolution - 1e-9))
+        b -= int(ms[k] * w[i])
     return RootSolution(counts, _root_objective(v, conc, counts))
 
 
