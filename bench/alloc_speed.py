@@ -17,6 +17,16 @@ Each figure with its ratio to the smallest size. Goals at the largest size: the 
 as the runner's global expansion pays it (root solve + split + the prefix split through the
 allocator API, reading the records; `step`) <= 3x the root solve and <= 300 ms.
 `solver_step` (the batched solver on ready arrays instead of records) is the floor.
+
+`--mixture 1024,16384,65536` times the mixture root solver instead (issue 28): P
+candidates (Beta(0.3, 0.3)), each with a rollout cost drawn from `--costs` (default
+0.3,1,3: three envs) and scaled to mean 1, budget 2P in those units, m_max = 16; per size
+the flat solver (`solve_roots`, budget 2P, all costs 1) and the cost-class solver
+(`solve_roots_costed`), interleaved, median of the repeats, and their ratio. Exactness in
+the same run: the reference DP (`solve_roots_costed_reference`, a P x budget table) at
+every size where its table stays under 50M cells (its time and the speedup beside it),
+and brute force over every allocation on 300 tiny random instances (`--brute`). Goal at the largest
+size: the cost-class solver <= 2x the flat one, and exact wherever checked.
 """
 
 from __future__ import annotations
@@ -34,9 +44,13 @@ import numpy as np
 from trace_gym.alloc import make_allocator, split_budget
 from trace_gym.alloc.base import PrefixCandidate
 from trace_gym.alloc.solvers import (
+    clip_values,
+    root_value,
     solve_prefixes,
     solve_prefixes_batch,
     solve_roots,
+    solve_roots_costed,
+    solve_roots_costed_reference,
     solve_roots_reference,
 )
 from trace_gym.cli import Parser
@@ -196,6 +210,118 @@ def run_scale(sizes: list[int], *, repeats: int = 5, loop_max: int = 65536, seed
     }
 
 
+#: largest table (prompts x budget units) the mixture bench gives the reference DP
+MIXTURE_REFERENCE_CELLS = 50_000_000
+
+
+def run_mixture(
+    sizes: list[int],
+    costs: list[float],
+    *,
+    repeats: int = 5,
+    m_max: int = 16,
+    seed: int = 0,
+    brute: int = 300,
+) -> dict:
+    """`--mixture`: the cost-class root solver against the flat one per size, and exactness."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for p in sizes:
+        v = rng.beta(0.3, 0.3, p)
+        c = rng.choice(np.asarray(costs, dtype=float), p)
+        c = c / c.mean()
+        budget = 2 * p
+        flat_t, mixed_t = [], []
+        for _ in range(repeats):  # interleaved, so both see the same machine
+            t0 = time.perf_counter()
+            solve_roots(v, budget, m_max)
+            flat_t.append(time.perf_counter() - t0)
+            t0 = time.perf_counter()
+            sol = solve_roots_costed(v, c, float(budget), m_max)
+            mixed_t.append(time.perf_counter() - t0)
+        units = int(np.floor(budget * 8 + 1e-9))
+        w = np.ceil(c * 8 - 1e-9).astype(int)
+        row = {
+            "candidates": p,
+            "distinct_costs": int(np.unique(w).size),
+            "flat_s": statistics.median(flat_t),
+            "mixture_s": statistics.median(mixed_t),
+            "spent_units": int(w @ sol.counts),
+            "budget_units": units,
+            "reference_table_cells": p * (units + 1),
+        }
+        row["ratio"] = row["mixture_s"] / row["flat_s"]
+        if p * (units + 1) <= MIXTURE_REFERENCE_CELLS:
+            t0 = time.perf_counter()
+            ref = solve_roots_costed_reference(v, c, float(budget), m_max)
+            row["reference_s"] = time.perf_counter() - t0
+            row["speedup_vs_reference"] = row["reference_s"] / row["mixture_s"]
+            row["objective_equal"] = bool(abs(ref.objective - sol.objective) <= 1e-9)
+        rows.append(row)
+    brute = _mixture_brute_force(rng, brute)
+    big = rows[-1]
+    checked = [r["objective_equal"] for r in rows if "objective_equal" in r]
+    return {
+        "sizes": sizes,
+        "costs": costs,
+        "m_max": m_max,
+        "rows": rows,
+        "brute_force": brute,
+        "goals_met": {
+            f"mixture<=2x_flat@{big['candidates']}": big["ratio"] <= 2.0,
+            "exact_where_checked": all(checked) and brute["equal"] == brute["instances"],
+        },
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+    }
+
+
+def _mixture_brute_force(rng: np.random.Generator, instances: int) -> dict:
+    """The cost-class solver against every allocation of tiny random mixtures."""
+    import itertools
+
+    equal = 0
+    for _ in range(instances):
+        p, m_max = int(rng.integers(1, 5)), int(rng.integers(2, 6))
+        v = rng.choice([rng.uniform(0, 1), 0.5, 0.2, 0.8], p) if rng.random() < 0.5 else None
+        v = rng.uniform(0.02, 0.98, p) if v is None else v
+        c = rng.choice([0.25, 0.5, 1.0, 1.5, 2.5, 3.0], p)
+        budget = float(rng.uniform(0, p * m_max * 1.5))
+        w, units = np.ceil(c * 8 - 1e-9).astype(int), int(np.floor(budget * 8 + 1e-9))
+        best = max(
+            float(root_value(clip_values(v), np.array(ms)).sum())
+            for ms in itertools.product([0, *range(2, m_max + 1)], repeat=p)
+            if int(w @ np.array(ms)) <= units
+        )
+        equal += abs(solve_roots_costed(v, c, budget, m_max).objective - best) <= 1e-9
+    return {"instances": instances, "equal": int(equal)}
+
+
+def _print_mixture(r: dict) -> None:
+    print(f"mixture root solver (costs {r['costs']}, scaled to mean 1; budget 2P; ms)")
+    print(
+        f"{'P':>7} {'costs':>5} {'flat':>9} {'mixture':>9} {'ratio':>6} "
+        f"{'reference':>10} {'speedup':>8} {'exact':>6}"
+    )
+    for row in r["rows"]:
+        ref = row.get("reference_s")
+        print(
+            f"{row['candidates']:>7} {row['distinct_costs']:>5} {row['flat_s'] * 1e3:9.1f} "
+            f"{row['mixture_s'] * 1e3:9.1f} {row['ratio']:6.2f} "
+            + (
+                f"{ref * 1e3:10.1f} {row['speedup_vs_reference']:7.0f}x "
+                f"{str(row['objective_equal']):>6}"
+                if ref is not None
+                else f"{'-':>10} {'-':>8} {'-':>6}  (table {row['reference_table_cells']:.3g} cells)"
+            )
+        )
+    b = r["brute_force"]
+    print(f"brute force: {b['equal']} of {b['instances']} tiny instances equal")
+    print(
+        "goals: " + ", ".join(f"{k} {'met' if v else 'MISSED'}" for k, v in r["goals_met"].items())
+    )
+
+
 def _print_scale(r: dict) -> None:
     cols = STAGES
     print("allocation step by size (ms; x = ratio to the smallest size)")
@@ -234,7 +360,32 @@ def main(argv: list[str]) -> int:
         type=_sizes,
         help="comma-separated candidate counts, e.g. 256,4096,65536: the whole step per size",
     )
+    p.add_argument(
+        "--mixture",
+        type=_sizes,
+        help="comma-separated candidate counts: the mixture root solver vs the flat one per size",
+    )
+    p.add_argument(
+        "--costs",
+        type=_costs,
+        default=[0.3, 1.0, 3.0],
+        help="--mixture: the envs' rollout costs, comma-separated (default 0.3,1,3)",
+    )
+    p.add_argument(
+        "--brute", type=int, default=300, help="--mixture: tiny instances checked by brute force"
+    )
     args = p.parse_args(argv)
+    if args.mixture:
+        r = run_mixture(
+            args.mixture,
+            args.costs,
+            repeats=max(1, min(args.repeats, 7)),
+            seed=args.seed,
+            brute=max(0, args.brute),
+        )
+        _print_mixture(r)
+        _write_json(args.json, r)
+        return 0
     if args.scale:
         r = run_scale(args.scale, repeats=max(1, min(args.repeats, 5)), seed=args.seed)
         _print_scale(r)
@@ -280,6 +431,18 @@ def _sizes(text: str) -> list[int]:
             f"--scale wants increasing candidate counts >= 2 separated by commas, got {text!r}"
         )
     return sizes
+
+
+def _costs(text: str) -> list[float]:
+    try:
+        costs = [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        costs = []
+    if not costs or not all(np.isfinite(x) and x > 0 for x in costs):
+        raise argparse.ArgumentTypeError(
+            f"--costs wants positive numbers separated by commas, got {text!r}"
+        )
+    return costs
 
 
 def _write_json(path: Path | None, r: dict) -> None:

@@ -94,26 +94,40 @@ class Budget:
         """M roots and round(N * M) replays."""
         return cls(int(roots), int(round(replays_per_root * roots)), float(replay_cost))
 
-    def prefix_cost(self, cost_aware: bool) -> Callable[[int, int], float] | float:
-        """What one replay from a prefix is charged: its own cost, or the flat one."""
-        return self.cost if cost_aware else self.replay_cost
+    def prefix_cost(
+        self, cost_aware: bool, rollout_cost: float = 1.0
+    ) -> Callable[[int, int], float] | float:
+        """What one replay from a prefix is charged: its own cost, or the flat one.
 
-    def prefix_budget(self, replays: int, cost_aware: bool) -> int | float:
+        `rollout_cost`: the prompt's rollout cost relative to the step's mean (a mixture's
+        per-env cost; 1 otherwise), which scales either.
+        """
+        if rollout_cost == 1.0:
+            return self.cost if cost_aware else self.replay_cost
+        if not cost_aware:
+            return rollout_cost * self.replay_cost
+        own = self.cost
+        return lambda depth, turns: rollout_cost * own(depth, turns)
+
+    def prefix_budget(
+        self, replays: int, cost_aware: bool, rollout_cost: float = 1.0
+    ) -> int | float:
         """A prompt's continuation budget as its allocator takes it.
 
         A replay count, or for a ``cost_aware`` allocator the same budget in
-        trajectory-equivalents (``replays * replay_cost``), to spend on prefixes that
-        each carry their own cost.
+        trajectory-equivalents (``replays * replay_cost``, times the prompt's
+        `rollout_cost` in a mixture), to spend on prefixes that each carry their own cost.
         """
-        return replays * self.replay_cost if cost_aware else replays
+        return replays * self.replay_cost * rollout_cost if cost_aware else replays
 
     def accounted(
-        self, roots: int | None = None, replay_charges: Iterable[float] | float | None = None
+        self, roots: float | None = None, replay_charges: Iterable[float] | float | None = None
     ) -> float:
-        """Trajectory-equivalents: every root costs 1, every replay what it was charged.
+        """Trajectory-equivalents: the roots' cost, plus every replay what it was charged.
 
-        With no arguments, the budget itself: M (1 + N * replay_cost). `replay_charges`
-        is either the charge of each replay or their sum.
+        With no arguments, the budget itself: M (1 + N * replay_cost). `roots`: the roots'
+        cost (their count, or in a mixture the cost-weighted count sum c_i m_i);
+        `replay_charges` is either the charge of each replay or their sum.
         """
         if roots is None and replay_charges is None:
             return self.roots + self.replays * self.replay_cost
@@ -168,6 +182,7 @@ class StepReport:
     #: root rollouts run (sum of the root allocation)
     roots: int = 0
     #: continuation budget in replays: round(N * M), split over prompts by root count
+    #: (in a mixture: its cost, by cost-weighted roots, `trace_gym.plan.replay_shares`)
     replay_budget: int = 0
     #: replays run
     replays: int = 0
@@ -177,7 +192,9 @@ class StepReport:
     replay_cost: float = DEFAULT_REPLAY_COST
     #: what the replays run were charged, each its own cost (`Budget.prefix_cost`)
     replay_charge: float = 0.0
-    #: roots * 1 + replay_charge (`Budget.accounted`)
+    #: what the roots cost: their count, or in a mixture sum rollout_cost x root count
+    root_charge: float = 0.0
+    #: root_charge + replay_charge (`Budget.accounted`)
     accounted_cost: float = 0.0
     #: assistant turns generated (every policy output, failures included)
     measured_turns: int = 0
@@ -210,9 +227,13 @@ class StepReport:
         return {k: (v / self.wall_s if self.wall_s > 0 else 0.0) for k, v in self.time_s.items()}
 
     # the named updates: every write to a report during a step goes through one of these
-    def note_plan(self, selected: int, roots: int, replay_budget: int) -> None:
-        """The step's plan: prompts selected, root rollouts placed, the replay budget."""
+    def note_plan(
+        self, selected: int, roots: int, replay_budget: int, root_charge: float | None = None
+    ) -> None:
+        """The step's plan: prompts selected, root rollouts placed, the replay budget, and
+        the roots' cost (`root_charge`; their count unless a mixture's costs weight them)."""
         self.selected, self.roots, self.replay_budget = selected, roots, replay_budget
+        self.root_charge = float(roots if root_charge is None else root_charge)
 
     def count_replay(self, depth: int, cost: float) -> None:
         """One replay planned from a prefix at `depth`, charged `cost`."""

@@ -11,7 +11,9 @@ not build:
   (`StepContext.cold_start`) roots go uniformly in the allocator's fixed groups
   (`uniform_roots`), except for allocators on true values (`cold_uniform`);
 - `replay_shares`: share the step's continuation budget over the selected prompts in
-  proportion to their root counts (largest remainder, sums exactly);
+  proportion to their root counts (largest remainder, sums exactly); in a mixture with
+  per-env rollout costs, its cost in proportion to the cost-weighted roots, each replay
+  costing its env's rollout cost times the replay cost (`split_costed_budget`);
 - `plan_replays`: score one prompt's prefixes and allocate its replays (a `ReplayPlan`:
   prefix values, the replay `Episode`s, each replay's charge).
 
@@ -40,7 +42,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from trace_gym.alloc import split_budget
+from trace_gym.alloc import split_budget, split_costed_budget
 from trace_gym.alloc.base import BatchPrefixAllocator, Candidate, PrefixCandidate, VisitHistory
 from trace_gym.alloc.candidates import prefix_candidates
 from trace_gym.alloc.policies import uniform_roots
@@ -273,17 +275,30 @@ def split_replays(ctx: StepContext, works: Sequence[PromptWork]) -> int:
     return total
 
 
+def root_cost(w: PromptWork) -> float:
+    """Cost of one of the prompt's rollouts relative to the step's mean (1 unless a mixture)."""
+    return float(w.tree.info.get("rollout_cost", 1.0))
+
+
 def replay_shares(ctx: StepContext, works: Sequence[PromptWork]) -> tuple[int, list[int]]:
     """The step's replay budget and each prompt's share of it, by root count (changes nothing).
 
-    Flat allocators (``branching = False``) get none.
+    With per-env rollout costs (a mixture) a replay of prompt i costs its c_i times a flat
+    one, and the budget's cost is shared by cost-weighted roots (`split_costed_budget`):
+    the shares then sum to at most the budget, spending at most its cost. Flat allocators
+    (``branching = False``) get none.
     """
     branching = bool(ctx.allocator.branching)
     total = ctx.budget.replays if branching and works else 0
     if not total:
         return 0, [0] * len(works)
     with ctx.stopwatch("allocator"):
-        shares = split_budget([len(w.roots) for w in works], total)
+        roots = [len(w.roots) for w in works]
+        costs = [root_cost(w) for w in works]
+        if any(c != 1.0 for c in costs):
+            shares = split_costed_budget(roots, costs, total)
+        else:
+            shares = split_budget(roots, total)
     return total, [int(b) for b in shares]
 
 
@@ -345,10 +360,12 @@ def _prefix_records(
     budget and the allocator's random stream for it."""
     tree, cost_aware = w.tree, is_cost_aware(ctx.allocator)
     leaves = [_chain_leaf(tree, first) for first in tree.root.children]
-    cands = prefix_candidates(tree, leaves, values, cost=ctx.budget.prefix_cost(cost_aware))
+    scale = root_cost(w)
+    cost = ctx.budget.prefix_cost(cost_aware, scale)
+    cands = prefix_candidates(tree, leaves, values, cost=cost)
     if conc and any(k is not None for k in conc.values()):
         cands = [replace(c, concentration=conc.get(c.node)) for c in cands]
-    budget = ctx.budget.prefix_budget(w.replay_budget, cost_aware)
+    budget = ctx.budget.prefix_budget(w.replay_budget, cost_aware, scale)
     rng = np.random.default_rng(stable_seed("prefixes", ctx.seed, ctx.step, tree.prompt_id))
     return cands, budget, rng
 

@@ -289,7 +289,7 @@ class BranchingRunner:
         self.next_step = step + 1
         report.close(
             ctx.stopwatch,
-            accounted_cost=ctx.budget.accounted(report.roots, report.replay_charge),
+            accounted_cost=ctx.budget.accounted(report.root_charge, report.replay_charge),
             env_instances=self.pool.made + extra_envs,
         )
         return StepResult(trees, report)
@@ -307,7 +307,12 @@ class BranchingRunner:
         total, shares = plan.replay_shares(ctx, works)
         for w, b in zip(works, shares, strict=True):
             w.replay_budget = b
-        ctx.report.note_plan(len(works), sum(len(w.roots) for w in works), total)
+        ctx.report.note_plan(
+            len(works),
+            sum(len(w.roots) for w in works),
+            total,
+            sum(len(w.roots) * plan.root_cost(w) for w in works),
+        )
         return works
 
     # ------------------------------------------------------------------ resuming

@@ -75,3 +75,32 @@ def test_scale_refuses_a_bad_size_list_in_one_line():
     )
     assert proc.returncode == 2
     assert proc.stderr.count("\n") == 1 and "--scale wants increasing" in proc.stderr
+
+
+def test_mixture_times_both_solvers_and_checks_exactness(tmp_path, capsys):
+    from trace_gym.bench.alloc_speed import main
+
+    out = tmp_path / "mixture.json"
+    args = ["--mixture", "64,256", "--costs", "0.5,2", "--repeats", "1", "--brute", "20"]
+    assert main([*args, "--json", str(out)]) == 0
+    r = json.loads(out.read_text())
+    assert r["sizes"] == [64, 256] and r["costs"] == [0.5, 2.0]
+    for row in r["rows"]:
+        assert row["flat_s"] > 0 and row["mixture_s"] > 0
+        assert row["ratio"] == row["mixture_s"] / row["flat_s"]
+        assert row["objective_equal"] is True  # small enough for the reference DP
+        assert row["spent_units"] <= row["budget_units"]
+    assert r["brute_force"] == {"instances": 20, "equal": 20}
+    assert r["goals_met"]["exact_where_checked"] is True
+    assert "mixture root solver" in capsys.readouterr().out
+
+
+def test_mixture_refuses_bad_costs_in_one_line():
+    proc = subprocess.run(
+        [sys.executable, "-m", "trace_gym.cli", "bench", "alloc-speed", "--mixture", "64"]
+        + ["--costs", "1,-2"],
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.count("\n") == 1 and "--costs wants positive" in proc.stderr

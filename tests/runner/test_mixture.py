@@ -123,6 +123,7 @@ def test_one_budget_over_envs_each_with_its_own_rollout_cost():
             assert costs["trace/BFCL-v0"] > 2 * costs["trace/Sim-v0"]  # BFCL rollouts are longer
             spent = sum(t.info["rollout_cost"] * t.info["root_count"] for t in trees)
             assert spent <= 24 + 1e-6 and rep.replays > 0
+            _check_cost_weighted_accounting(trees, rep, replay_budget=24, replay_cost=0.5)
             assert rep.failed_branches == 0  # each policy saw its member's own task ids
             table = per_env_metrics(trees)
             assert set(table) == set(MEMBERS) and all(
@@ -131,6 +132,71 @@ def test_one_budget_over_envs_each_with_its_own_rollout_cost():
             assert runner.costs.mean != before  # measured turns folded in
     finally:
         runner.close()
+
+
+def _check_cost_weighted_accounting(trees, rep, *, replay_budget, replay_cost, flat=True):
+    """Roots and replays charged their env's cost; replays shared by cost-weighted roots."""
+    cost = {t.prompt_id: t.info.get("rollout_cost", 1.0) for t in trees}
+    replays = {t.prompt_id: len(t.leaves()) - t.info["root_count"] for t in trees}
+    assert sum(replays.values()) == rep.replays
+    root_charge = sum(cost[t.prompt_id] * t.info["root_count"] for t in trees)
+    assert rep.root_charge == pytest.approx(root_charge)
+    assert rep.accounted_cost == pytest.approx(rep.root_charge + rep.replay_charge)
+    if flat:  # every replay is charged its env's cost times the flat replay cost
+        charged = sum(cost[p] * replay_cost * k for p, k in replays.items())
+        assert rep.replay_charge == pytest.approx(charged)
+    # the continuation budget's cost is never exceeded
+    assert rep.replay_charge <= replay_budget * replay_cost + 1e-9
+
+
+def test_cost_aware_replays_in_a_mixture_are_charged_their_env_cost():
+    runner = BranchingRunner(
+        Router(),
+        mixture,
+        make_allocator("trace", m_max=8, cost_aware=True),
+        make_predictor("features"),
+        RunnerConfig(root_budget=24, replays_per_root=1.0, m_max=8, seed=1, rollout_cost="turns"),
+    )
+    ids = mixture().unwrapped.task_ids
+    try:
+        cands = mixture_candidates(ids, {m: 1.0 for m in MEMBERS}, 12, np.random.default_rng(5))
+        trees, rep = runner.run_step(0, cands)
+        assert rep.replays > 0
+        _check_cost_weighted_accounting(trees, rep, replay_budget=24, replay_cost=0.5, flat=False)
+    finally:
+        runner.close()
+
+
+def test_replay_shares_follow_cost_weighted_roots():
+    from trace_gym.alloc import split_budget, split_costed_budget
+
+    roots = [4, 2, 6, 0, 3]
+    assert split_costed_budget(roots, [1.0] * 5, 17).tolist() == split_budget(roots, 17).tolist()
+    costs = [0.5, 3.0, 1.0, 2.0, 0.5]
+    for total in (0, 1, 7, 15, 40, 101):
+        k = split_costed_budget(roots, costs, total)
+        assert float(np.dot(k, costs)) <= total + 1e-9  # the cost, not the count, is bounded
+        assert k[3] == 0 and (k >= 0).all()
+        quota = np.array(roots) * total / float(np.dot(roots, costs))
+        assert np.all(np.abs(k - quota) < 1.0 + 1e-9)  # within one replay of its share
+        # nothing is left that a prompt could still afford by the largest-remainder rule
+        left = total - float(np.dot(k, costs))
+        assert not any(c <= left - 1e-9 and k[i] < quota[i] for i, c in enumerate(costs))
+    with pytest.raises(AllocationError):
+        split_costed_budget(roots, [1.0, 0.0, 1.0, 1.0, 1.0], 5)
+    with pytest.raises(AllocationError):
+        split_costed_budget(roots, [1.0] * 4, 5)
+
+
+def test_budget_prefix_costs_scale_with_the_prompts_rollout_cost():
+    from trace_gym.budget import Budget
+
+    b = Budget(8, 8, 0.5)
+    assert b.prefix_cost(False) == 0.5 and b.prefix_cost(False, 3.0) == pytest.approx(1.5)
+    assert b.prefix_cost(True, 2.0)(1, 4) == pytest.approx(2.0 * 0.75)
+    assert b.prefix_budget(3, False, 2.0) == 3
+    assert b.prefix_budget(3, True, 2.0) == pytest.approx(3.0)
+    assert b.accounted(10.5, [0.25, 0.75]) == pytest.approx(11.5)
 
 
 def test_rollout_costs_are_relative_and_validated():

@@ -53,6 +53,7 @@ from trace_gym.alloc.solvers import (
     solve_roots,
     solve_roots_reference,
     split_budget,
+    split_costed_budget,
 )
 from trace_gym.errors import ConfigError, did_you_mean, unknown
 from trace_gym.plugins import installed, is_entry_point, load
@@ -98,6 +99,7 @@ __all__ = [
     "solve_roots",
     "solve_roots_reference",
     "split_budget",
+    "split_costed_budget",
 ]
 
 #: name -> policy class; add your own with ALLOCATORS[MyPolicy.name] = MyPolicy

@@ -82,6 +82,7 @@ __all__ = [
     "solve_roots_costed_reference",
     "solve_roots_reference",
     "split_budget",
+    "split_costed_budget",
     "whole_number",
 ]
 
@@ -585,18 +586,24 @@ def solve_roots_reference(
     return RootSolution(counts, _root_objective(v, conc, counts))
 
 
+def _positive_costs(costs, shape: tuple[int, ...]) -> np.ndarray:
+    """`costs` as floats, one finite cost > 0 per prompt, or `AllocationError`."""
+    try:
+        c = np.asarray(costs, dtype=float)
+    except (TypeError, ValueError) as e:
+        raise AllocationError(f"rollout costs must be positive numbers; got {costs!r:.80}") from e
+    if c.shape != shape or not np.all(np.isfinite(c)) or np.any(c <= 0):
+        raise AllocationError(
+            f"need one finite cost > 0 per prompt: got {c.shape} costs for {shape} prompts"
+        )
+    return c
+
+
 def _costed_problem(values, costs, budget, m_max, resolution, concentrations):
     """Checked inputs of the costed root problem: (v, conc, unit costs, budget units, m_max)."""
     v = clip_values(values)
     conc = check_concentrations(concentrations, v.size)
-    try:
-        c = np.asarray(costs, dtype=float)
-    except (TypeError, ValueError) as e:
-        raise AllocationError(f"root costs must be positive numbers; got {costs!r:.80}") from e
-    if c.shape != v.shape or not np.all(np.isfinite(c)) or np.any(c <= 0):
-        raise AllocationError(
-            f"need one finite cost > 0 per prompt: got {c.shape} costs for {v.shape} values"
-        )
+    c = _positive_costs(costs, v.shape)
     m_max = _check_m_max(m_max)
     if not np.isfinite(budget) or budget < 0 or isinstance(resolution, bool) or resolution < 1:
         raise AllocationError(
@@ -647,40 +654,48 @@ def solve_roots_costed(
             v, units // int(classes[0]), m_max, exact_budget=False, concentrations=conc
         )
         return RootSolution(sub.counts, _root_objective(v, conc, sub.counts))
-    inc = root_increments(v, m_max) if conc is None else _posterior_increments(v, conc, m_max)
-    counts = _CostClasses(inc, inv, classes, units).solve()
+    order = np.argsort(inv, kind="stable")  # prompts grouped by class, in order inside each
+    vs, cs = v[order], None if conc is None else conc[order]
+    inc = root_increments(vs, m_max) if cs is None else _posterior_increments(vs, cs, m_max)
+    counts = np.empty(v.size, dtype=np.int64)
+    counts[order] = _CostClasses(inc, np.bincount(inv), classes, units).solve()
     return RootSolution(counts, _root_objective(v, conc, counts))
 
 
 class _ClassBand(NamedTuple):
-    """One cost class's items around the threshold, in greedy order (value desc, index)."""
+    """One cost class's items around the LP threshold, in greedy order (value desc, index)."""
 
-    rows: np.ndarray  # the class's prompt indices (into the problem)
-    top: int  # items ranked above the band (all taken)
-    top_value: float  # their sum
+    top: int  # items ranked above the band (all taken; values are relative to their sum)
     top_counts: np.ndarray  # their count per class prompt
-    band: np.ndarray  # local flat item indices of the band, in greedy order
-    band_cum: np.ndarray  # F(top + j) - top_value for j = 0..len(band)
+    band: np.ndarray  # local flat item indices of the band (prompt * m_max + step), in order
+    band_cum: np.ndarray  # F(top + j) - F(top) for j = 0..len(band)
+    first: np.ndarray  # per class prompt: band index of its step-0 item (-1: in the top set)
+    top_last: float  # least last-taken gain of a top-set prompt at m >= 3 (inf: none)
+    first_sorted: np.ndarray  # `first`, sorted
+    below_max: np.ndarray  # running max, in that order, of each prompt's first gain below the band
     size: int  # items in the class (prompts x m_max)
 
 
 class _CostClasses:
-    """The cost-class solver of `solve_roots_costed` (see its docstring and docs/alloc.md)."""
+    """The cost-class solver of `solve_roots_costed` (see its docstring and docs/alloc.md).
+
+    `inc` holds the prompts' increments grouped by class (`sizes` prompts each, classes
+    in the order of `classes`, their costs in units).
+    """
 
     #: largest box DP (states x counts, summed over classes) before the solver gives up
     MAX_BOX_CELLS = 50_000_000
 
-    def __init__(self, inc: np.ndarray, inv: np.ndarray, classes: np.ndarray, units: int):
-        self.inc, self.m_max = inc, inc.shape[1]
+    def __init__(self, inc: np.ndarray, sizes: np.ndarray, classes: np.ndarray, units: int):
+        self.m_max = inc.shape[1]
         self.w = classes.astype(np.int64)
         self.units = units
-        self.rows = [np.flatnonzero(inv == k) for k in range(classes.size)]
-        self.inc_k = [inc[r] for r in self.rows]
-        self.radius = 2 * int(self.w.max()) + 2
+        bounds = np.concatenate([[0], np.cumsum(sizes)])
+        self.inc_k = [inc[bounds[k] : bounds[k + 1]] for k in range(classes.size)]  # views
         #: each class's items (prompt-major: local index = prompt * m_max + step)
-        self.flat = [x.ravel() for x in self.inc_k]
-        self.sizes = np.array([f.size for f in self.flat])
-        self.starts = np.concatenate([[0], np.cumsum(self.sizes)])
+        self.flat = [x.reshape(-1) for x in self.inc_k]
+        self.starts = np.concatenate([[0], np.cumsum([f.size for f in self.flat])])
+        self.radius = 2 * int(self.w.max()) + 2
 
     # ---------------------------------------------------------------- the LP threshold
     def _bands(self, spread: int) -> tuple[list[_ClassBand], np.ndarray] | None:
@@ -692,7 +707,7 @@ class _CostClasses:
         keeps the band, sorted. Only the bracket's width depends on the sample: the
         classes' counts and values are exact.
         """
-        n = int(self.starts[-1])
+        n, m = int(self.starts[-1]), self.m_max
         idx = np.random.default_rng(0x7ACE).integers(0, n, min(n, 4096))
         k_of = np.searchsorted(self.starts, idx, side="right") - 1
         ratio = np.empty(idx.size)
@@ -710,7 +725,8 @@ class _CostClasses:
         for k, f in enumerate(self.flat):
             wk = float(self.w[k])
             t = f > lam_hi * wk
-            mine = np.flatnonzero((f >= lam_lo * wk) & ~t)
+            mine = np.flatnonzero(f >= lam_lo * wk)
+            mine = mine[~t[mine]]
             tops.append(t)
             mines.append(mine)
             above += int(self.w[k]) * int(np.count_nonzero(t))
@@ -720,52 +736,94 @@ class _CostClasses:
         ):
             return None
         # the LP: band items by ratio (ties: class, then index) until the budget is spent
-        cls = np.repeat(np.arange(self.w.size), [m.size for m in mines])
-        loc = np.concatenate(mines) if mines else np.zeros(0, dtype=np.int64)
-        key = np.concatenate([self.flat[k][m] / self.w[k] for k, m in enumerate(mines)])
+        cls = np.repeat(np.arange(self.w.size), [x.size for x in mines])
+        loc = np.concatenate(mines)
+        key = np.concatenate([self.flat[k][x] / self.w[k] for k, x in enumerate(mines)])
         lp_order = np.lexsort((loc, cls, -key))
         spent = np.cumsum(self.w[cls[lp_order]])
         taken = cls[lp_order[: int(np.searchsorted(spent, self.units - above, side="right"))]]
         lp = np.bincount(taken, minlength=self.w.size).astype(np.int64)
         bands = []
-        for k, rows in enumerate(self.rows):
+        for k, x in enumerate(self.inc_k):
             f, t, mine = self.flat[k], tops[k], mines[k]
             mine = mine[np.lexsort((mine, -f[mine]))]  # greedy order inside the class
             top = int(np.count_nonzero(t))
             lp[k] += top
+            top_counts = t.reshape(x.shape).view(np.int8).sum(axis=1, dtype=np.int64)
+            first = np.full(x.shape[0], np.iinfo(np.int64).max)
+            zero = np.flatnonzero(mine % m == 0)
+            opened = np.flatnonzero(top_counts > 0)
+            first[mine[zero] // m] = zero
+            first[opened] = -1
+            deep = top_counts >= 3
+            top_last = float(x[deep, top_counts[deep] - 1].min()) if deep.any() else float("inf")
+            held = top_counts + np.bincount(mine // m, minlength=x.shape[0])
+            rows = np.arange(x.shape[0])
+            below = np.where(held < m, x[rows, np.minimum(held, m - 1)], -np.inf)
+            by_first = np.concatenate([opened, mine[zero] // m])  # `first` ascending
             bands.append(
                 _ClassBand(
-                    rows,
                     top,
-                    float(f[t].sum()),
-                    t.reshape(rows.size, self.m_max).sum(axis=1),
+                    top_counts,
                     mine,
                     np.concatenate([[0.0], np.cumsum(f[mine])]),
+                    first,
+                    top_last,
+                    first[by_first],
+                    np.maximum.accumulate(below[by_first]),
                     f.size,
                 )
             )
         return bands, lp
 
     # ---------------------------------------------------------------- exact class values
-    def _counts(self, cb: _ClassBand, b: int) -> np.ndarray:
-        """The greedy (relaxed) counts of the class's best b items."""
+    def _counts(self, k: int, cb: _ClassBand, b: int) -> np.ndarray:
+        """The greedy (relaxed) counts of class k's best b items."""
         extra = cb.band[: b - cb.top] // self.m_max
-        return cb.top_counts + np.bincount(extra, minlength=cb.rows.size)
+        return cb.top_counts + np.bincount(extra, minlength=cb.top_counts.size)
 
-    def _exact(self, k: int, cb: _ClassBand, b: int) -> tuple[float, np.ndarray | None]:
-        """Best value of class k with exactly b rollouts, and its counts when asked."""
+    def _exact(self, k: int, cb: _ClassBand, b: int) -> float:
+        """Best value of class k with exactly b rollouts, less the top set's (-inf: infeasible).
+
+        The relaxation's best b items, unless they leave a prompt p at m = 1 (the b-th
+        item is p's first). Then, as in `solve_roots`, the best of the b - 1 items plus
+        the better repair move (`repair_counts`): one more unit on an opened prompt (the
+        first later item whose prompt was opened before p; if none is in the band, the
+        best first gain below it of a prompt opened before p), or p at 2 for the last
+        item taken from a prompt at >= 3 (the latest earlier item that was a third or
+        later gain). All are read off the band.
+        """
         j = b - cb.top
-        relaxed = cb.top_value + float(cb.band_cum[j])
         if b == 0 or cb.band[j - 1] % self.m_max != 0:  # no prompt left at m = 1
-            return relaxed, None
-        g = self._counts(cb, b - 1)
-        fixed = repair_counts(self.inc_k[k], g, self.m_max)
-        if fixed is None:
-            return -np.inf, None
-        return cb.top_value + float(cb.band_cum[j - 1]) + fixed[1], fixed[0]
+            return float(cb.band_cum[j])
+        base = float(cb.band_cum[j - 1])
+        band, m = cb.band, self.m_max
+        a = float(self.flat[k][band[j - 1]])
+        later = band[j:]
+        opened = (later % m >= 1) & (cb.first[later // m] < j - 1)
+        if opened.any():
+            move1 = float(self.flat[k][later[int(np.argmax(opened))]])
+        else:  # every prompt opened before p has its next gain below the band
+            i = int(np.searchsorted(cb.first_sorted, j - 1, side="left"))
+            move1 = float(cb.below_max[i - 1]) if i else -np.inf
+        deep = np.flatnonzero(band[: j - 1] % m >= 2)
+        last = float(self.flat[k][band[deep[-1]]]) if deep.size else cb.top_last
+        move2 = 2 * a - last if np.isfinite(last) else -np.inf
+        gain = max(move1, move2)
+        return base + gain if np.isfinite(gain) else -np.inf
+
+    def _exact_counts(self, k: int, cb: _ClassBand, b: int) -> np.ndarray:
+        """Class k's counts for exactly b rollouts (the value `_exact` gives)."""
+        g = self._counts(k, cb, b)
+        if b == 0 or cb.band[b - cb.top - 1] % self.m_max != 0:
+            return g
+        fixed = repair_counts(self.inc_k[k], self._counts(k, cb, b - 1), self.m_max)
+        assert fixed is not None  # the box only keeps feasible counts
+        return fixed[0]
 
     # ---------------------------------------------------------------- the box DP
     def solve(self) -> np.ndarray:
+        """Counts per prompt (grouped by class, as `inc`)."""
         spread = 16 + 4 * int(np.sqrt(self.units / self.w.mean() * 4096 / self.starts[-1]) + 1)
         got = self._bands(spread)
         while got is None:
@@ -788,7 +846,7 @@ class _CostClasses:
                 while got is None:
                     spread *= 4
                     got = self._bands(spread)
-                bands = got[0]
+                bands, best_value = got[0], -np.inf  # values are relative to the band
                 continue
             value, b = self._box(bands, lo, hi)
             if value <= best_value + 1e-12:
@@ -799,11 +857,9 @@ class _CostClasses:
                 break
             centre = b
         assert best_b is not None
-        counts = np.zeros(self.inc.shape[0], dtype=np.int64)
-        for k, cb in enumerate(bands):
-            fixed = self._exact(k, cb, int(best_b[k]))[1]
-            counts[cb.rows] = self._counts(cb, int(best_b[k])) if fixed is None else fixed
-        return counts
+        return np.concatenate(
+            [self._exact_counts(k, cb, int(best_b[k])) for k, cb in enumerate(bands)]
+        )
 
     def _box(self, bands: list[_ClassBand], lo: np.ndarray, hi: np.ndarray):
         """Exact best of sum E_k(b_k), sum w_k b_k <= units, lo <= b <= hi; (value, b)."""
@@ -824,7 +880,7 @@ class _CostClasses:
         picks = []
         for k, cb in enumerate(bands):
             wk = int(self.w[k])
-            vals = np.array([self._exact(k, cb, b)[0] for b in range(lo[k], hi[k] + 1)])
+            vals = [self._exact(k, cb, b) for b in range(lo[k], hi[k] + 1)]
             new = np.full(states, -np.inf)
             arg = np.zeros(states, dtype=np.int64)
             for d, val in enumerate(vals):
@@ -1184,7 +1240,7 @@ def solve_prefixes_batch(
 
 
 # ----------------------------------------------------------------------------- splitting
-def split_budget(weights: Sequence[float], total: int) -> np.ndarray:
+def split_budget(weights: Sequence[float] | np.ndarray, total: int) -> np.ndarray:
     """Split `total` into integers proportional to `weights` (largest remainder, sums exactly).
 
     Ties in the remainders go to the lower index. Integer weights use exact integer
@@ -1219,4 +1275,36 @@ def split_budget(weights: Sequence[float], total: int) -> np.ndarray:
     left = total - int(base.sum())
     order = np.lexsort((np.arange(w.size), -frac))  # largest remainder first, then index
     base[order[:left]] += 1
+    return base
+
+
+def split_costed_budget(counts: Sequence[int], costs: Sequence[float], total: int) -> np.ndarray:
+    """Replays per prompt when a replay of prompt i costs ``costs[i]`` (a mixture's env cost).
+
+    The step's `total` replays' worth of cost (sum costs[i] * k_i <= total) is shared in
+    proportion to the cost-weighted roots costs[i] * counts[i]: prompt i's share of the
+    cost is total * c_i m_i / sum c m, i.e. k_i = total * m_i / sum c m replays. The
+    floors first, then one more replay each in order of the largest remainder (ties to
+    the lower index) while the cost left allows it. Unit costs give `split_budget`'s
+    split exactly.
+    """
+    total = whole_number(total, "total budget")
+    try:
+        w = np.asarray(counts, dtype=float)
+    except (TypeError, ValueError) as e:
+        raise AllocationError(f"root counts must be numbers; got {counts!r:.80}") from e
+    c = _positive_costs(costs, w.shape)
+    if total == 0 or np.all(c == 1.0):
+        return split_budget(w, total)
+    if not np.all(np.isfinite(w)) or np.any(w < 0) or w.sum() <= 0:
+        raise AllocationError("root counts must be finite, >= 0 and not all zero")
+    quota = w * (total / float(c @ w))
+    base = np.floor(quota + 1e-12).astype(np.int64)
+    left = total - float(c @ base)
+    frac = quota - base
+    for i in np.lexsort((np.arange(w.size), -frac)):
+        if frac[i] <= 0 or left < c[i] - 1e-9:
+            continue
+        base[i] += 1
+        left -= c[i]
     return base

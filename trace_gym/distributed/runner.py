@@ -56,6 +56,7 @@ from trace_gym.errors import (
     EngineUnavailable,
     WorkerLost,
 )
+from trace_gym.plan import root_cost
 from trace_gym.policy import Policy
 from trace_gym.predict.base import Predictor
 from trace_gym.runner import BranchingRunner, RunnerConfig
@@ -191,6 +192,7 @@ _DRIVER_FIELDS = frozenset(
         "candidates",
         "selected",
         "roots",
+        "root_charge",
         "replay_budget",
         "replay_cost",
         "accounted_cost",
@@ -211,7 +213,10 @@ def shard_works(
     """
     loads_ = [0.0] * n
     shards: list[list[PromptWork]] = [[] for _ in range(n)]
-    cost = {w.order: Budget(len(w.roots), w.replay_budget, replay_cost).accounted() for w in works}
+    cost = {
+        w.order: root_cost(w) * Budget(len(w.roots), w.replay_budget, replay_cost).accounted()
+        for w in works
+    }
     for w in sorted(works, key=lambda w: (-cost[w.order], w.order)):
         i = min(range(n), key=lambda j: (loads_[j], j))
         shards[i].append(w)
