@@ -65,17 +65,41 @@ GOALS = {
 def worker(out: Path) -> int:
     """Train once as this process's rank; write what the comparison reads."""
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
-    import gymnasium as gym
     import torch
-    import transformers
+
+    cfg = json.loads((out / "config.json").read_text())
+    torch.set_num_threads(1)
+    trainer = build_trainer(cfg, out)
+    steps: list[dict[str, Any]] = []
+    trainer.add_callback(_recorder(trainer, steps))
+    t0 = time.perf_counter()
+    trainer.train()
+    train_s = time.perf_counter() - t0
+    rank = int(trainer.accelerator.process_index)
+    result = {
+        "rank": rank,
+        "world": int(trainer.accelerator.num_processes),
+        "runner": type(trainer.rollout_func.runner).__name__,
+        "train_s": round(train_s, 2),
+        "losses": [h["loss"] for h in trainer.state.log_history if "loss" in h],
+        "steps": steps,
+    }
+    (out / f"rank{rank}.json").write_text(json.dumps(result))
+    if rank == 0:
+        model = trainer.accelerator.unwrap_model(trainer.model)
+        torch.save({k: v.detach().clone() for k, v in model.state_dict().items()}, out / "final.pt")
+    return 0
+
+
+def build_trainer(cfg: dict[str, Any], out: Path) -> Any:
+    """TRL's GRPOTrainer of `cfg` on this process's share (``WORLD_SIZE``) of the global batch."""
+    import gymnasium as gym
     from trace_gym.agents.hf import HFPolicy
     from trace_gym.agents.tiny import default_test_config, tiny_model_dir
     from trace_gym.bench.pipeline import pipeline_preset
     from trace_gym.trainers.trl_adapter import TRLRolloutConfig, make_grpo_trainer
     from trl import GRPOConfig
 
-    cfg = json.loads((out / "config.json").read_text())
-    torch.set_num_threads(1)
     world = int(os.environ.get("WORLD_SIZE", "1"))
     rows = cfg["candidates"] * cfg["group"]
     if rows % world:
@@ -110,17 +134,19 @@ def worker(out: Path) -> int:
         advantage=cfg["advantage"],
         seed=cfg["seed"],
     )
-    trainer = make_grpo_trainer(
+    return make_grpo_trainer(
         policy,
         lambda: gym.make("trace/Sim-v0", preset=preset, num_tasks=8, seed=0),
         args,
         rollout,
     )
-    steps: list[dict[str, Any]] = []
+
+
+def _recorder(trainer: Any, steps: list[dict[str, Any]]) -> Any:
+    """A callback appending, after each optimiser step, its trees, our advantages and TRL's."""
+    import transformers
 
     class Record(transformers.TrainerCallback):
-        """After each optimiser step: this step's trees, our advantages and TRL's."""
-
         def on_step_end(self, args, state, control, **kwargs):
             r = trainer.rollout_func
             steps.append(
@@ -133,25 +159,7 @@ def worker(out: Path) -> int:
                 }
             )
 
-    trainer.add_callback(Record())
-    t0 = time.perf_counter()
-    trainer.train()
-    train_s = time.perf_counter() - t0
-    losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
-    rank = int(trainer.accelerator.process_index)
-    result = {
-        "rank": rank,
-        "world": int(trainer.accelerator.num_processes),
-        "runner": type(trainer.rollout_func.runner).__name__,
-        "train_s": round(train_s, 2),
-        "losses": losses,
-        "steps": steps,
-    }
-    (out / f"rank{rank}.json").write_text(json.dumps(result))
-    if rank == 0:
-        model = trainer.accelerator.unwrap_model(trainer.model)
-        torch.save({k: v.detach().clone() for k, v in model.state_dict().items()}, out / "final.pt")
-    return 0
+    return Record()
 
 
 # ---------------------------------------------------------------------- the launches
@@ -269,6 +277,14 @@ def compare(
         "candidates_per_step": [len(y["record"]["candidates"]) for _, y in pairs],
         "group_sizes": [y["record"]["group_sizes"] for _, y in pairs],
         "advantage_diff": max(_max_abs(x["ours"], y["ours"]) for x, y in pairs),
+        "per_step": [
+            {
+                "trees_equal": same,
+                "tree_logprob_diff": d,
+                "advantage_diff": _max_abs(x["ours"], y["ours"]),
+            }
+            for (same, d), (x, y) in zip(trees, pairs, strict=True)
+        ],
         "trl_advantage_diff": max(
             _max_abs(s["ours"], s["trl"]) for r in (*ref, *run) for s in r["steps"]
         ),

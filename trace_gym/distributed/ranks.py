@@ -34,8 +34,8 @@ from trace_gym.budget import StepReport, Stopwatch
 from trace_gym.distributed.runner import (
     DistributedStepReport,
     WorkerLost,
-    _accept,
-    _apportion_wait,
+    accept_shard,
+    apportion_wait,
     shard_works,
 )
 from trace_gym.distributed.worker import ShardResult
@@ -126,11 +126,11 @@ class RankShardedRunner(BranchingRunner):
         by_order = {w.order: w for w in works}
         done: dict[int, int] = {}  # order -> rank
         for result in results:
-            _accept(result, by_order, done, ctx.report)  # type: ignore[arg-type]
+            accept_shard(result, by_order, done, ctx.report)  # type: ignore[arg-type]
         missing = [w.tree.prompt_id for w in works if w.order not in done]
         if missing:
             raise WorkerLost(f"no rank sent the trees of prompts {missing} (internal error)")
-        _apportion_wait(ctx.report, ctx.stopwatch, time.perf_counter() - t0)  # type: ignore[arg-type]
+        apportion_wait(ctx.report, ctx.stopwatch, time.perf_counter() - t0)  # type: ignore[arg-type]
         return sum(r.env_instances for r in results if r.worker != self.rank)
 
 
