@@ -94,10 +94,10 @@ __all__ = [
     "TRLRolloutConfig",
     "TraceRollout",
     "check_grpo_args",
+    "global_prompts",
     "make_grpo_trainer",
     "pack_rows",
     "runner_state_callback",
-    "global_prompts",
     "task_dataset",
     "trace_advantage",
 ]
@@ -304,7 +304,8 @@ class TraceRollout:
     `policy` is an `HFPolicy` (anything with ``.model``, ``.tokenizer``, ``generate``);
     it generates with the module TRL trains. `runner` overrides the `BranchingRunner`
     the config would build (e.g. a Ray runner). After each call, `last_trees`,
-    `last_rows` and `last_record` hold what it produced.
+    `last_rows` and `last_record` hold what it produced (under several processes: the
+    global batch's trees and rows; this rank returned its slice of the rows).
     """
 
     def __init__(
