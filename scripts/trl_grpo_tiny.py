@@ -2,11 +2,15 @@
 """TRL's GRPOTrainer on TRACE trees, CPU, tiny model: the example of docs/trl.md.
 
     python scripts/trl_grpo_tiny.py --steps 3 --out runs/trl_tiny --json runs/trl_tiny/summary.json
+    accelerate launch --num_processes 2 --cpu scripts/trl_grpo_tiny.py --steps 3   # 2 processes
 
 Trains the warm-started tiny Qwen3 (built locally, cached) on the simulator's learnable
 preset (8 tasks) with TRACE allocation (M roots over the prompts TRL's sampler drew, N
 replays per root) and TreeRPO advantages; TRL does the update. Prints one line per step
-(loss, grad norm, TRACE group sizes) and a JSON summary.
+(loss, grad norm, TRACE group sizes) and a JSON summary. Under ``accelerate launch`` the
+global batch (``--candidates`` x ``--group`` rows) is split over the processes, TRACE
+allocates M over the whole of it and the ranks share the trees (docs/distributed.md);
+rank 0 prints.
 """
 
 from __future__ import annotations
@@ -48,6 +52,8 @@ def main() -> None:
     t1 = time.perf_counter()
     trainer.train()
     t2 = time.perf_counter()
+    if not trainer.accelerator.is_main_process:
+        return
     steps = step_rows(trainer, Path(a.out), a.steps)
     for s in steps:
         print(json.dumps(s))
@@ -78,9 +84,12 @@ def grpo_config(a: argparse.Namespace):
     """TRL's trainer settings of the example: CPU, no saving, one log line per step."""
     from trl import GRPOConfig
 
+    world = int(os.environ.get("WORLD_SIZE", "1"))  # accelerate launch: the batch is global
+    if (a.candidates * a.group) % world:
+        raise SystemExit(f"--candidates x --group must split over {world} processes")
     return GRPOConfig(
         output_dir=a.out,
-        per_device_train_batch_size=a.candidates * a.group,
+        per_device_train_batch_size=a.candidates * a.group // world,
         num_generations=a.group,
         max_steps=a.steps,
         logging_steps=1,

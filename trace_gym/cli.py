@@ -140,6 +140,10 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
         "trace_gym.bench.train:main",
         "FSDP2 sharded training vs one process: diffs, step time, memory per rank",
     ),
+    "trl-dist": (
+        "trace_gym.bench.trl_dist:main",
+        "TRL on TRACE trees under accelerate: 2 processes vs 1 (trees, advantages, weights)",
+    ),
 }
 
 

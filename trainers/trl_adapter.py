@@ -56,8 +56,14 @@ with a row is the sampler's row, not necessarily the unit's prompt. A batch hold
 ``(B / G) * (G - 1)`` units (B rows); extra units, smallest |advantage| first, are
 dropped and counted (``trace/dropped_units``) - size ``per_device_train_batch_size``
 for M(1 + 2N) units. ``loss_type="grpo"`` averages over rows, so balance/empty rows
-scale its loss by (unit rows / B); ``dapo`` (TRL's default) does not. One process: with
-several, each rank runs its own runner on its own prompt slice and budget.
+scale its loss by (unit rows / B); ``dapo`` (TRL's default) does not.
+
+Several processes (``accelerate launch``): the candidates are the distinct prompts of the
+*global* batch (every rank's slice, all-gathered), the runner is a
+`trace_gym.distributed.ranks.RankShardedRunner` (the same allocation of the one budget M
+on every rank; rank r grows its share of the trees; all trees gathered), the rows are
+packed over the global batch and each rank returns its slice, so TRL's gathered rewards
+are one process's (docs/distributed.md, "TRL across processes").
 `make_grpo_trainer` adds `runner_state_callback`, so TRL's checkpoints also hold the
 runner's predictor state and visit histories and a resumed run restores them.
 """
@@ -88,6 +94,7 @@ __all__ = [
     "TRLRolloutConfig",
     "TraceRollout",
     "check_grpo_args",
+    "global_prompts",
     "make_grpo_trainer",
     "pack_rows",
     "runner_state_callback",
@@ -233,6 +240,18 @@ def pack_rows(
     return out, len(rows) - len(kept)
 
 
+def global_prompts(prompts: list[Any], world: int) -> list[Any]:
+    """The generation batch of every process, in rank order (TRL's gathered order)."""
+    if world == 1:
+        return list(prompts)
+    from trace_gym.distributed.ranks import all_gather
+
+    parts = all_gather(list(prompts))
+    if len({len(p) for p in parts}) != 1:
+        raise ConfigError(f"the processes hold batches of {[len(p) for p in parts]} prompts")
+    return [p for part in parts for p in part]
+
+
 def _filler(pad_id: int, eos_id: int, reward: float) -> Row:
     return Row([pad_id], [eos_id], [0], [0.0], reward)
 
@@ -285,7 +304,8 @@ class TraceRollout:
     `policy` is an `HFPolicy` (anything with ``.model``, ``.tokenizer``, ``generate``);
     it generates with the module TRL trains. `runner` overrides the `BranchingRunner`
     the config would build (e.g. a Ray runner). After each call, `last_trees`,
-    `last_rows` and `last_record` hold what it produced.
+    `last_rows` and `last_record` hold what it produced (under several processes: the
+    global batch's trees and rows; this rank returned its slice of the rows).
     """
 
     def __init__(
@@ -299,6 +319,7 @@ class TraceRollout:
         runner: Any = None,
     ):
         from trace_gym.alloc import make_allocator
+        from trace_gym.distributed.ranks import RankShardedRunner, rank_world
         from trace_gym.predict import make_predictor
         from trace_gym.runner import BranchingRunner
 
@@ -310,7 +331,9 @@ class TraceRollout:
             )
             if predictor is None and cfg.predictor:
                 predictor = make_predictor(cfg.predictor, **cfg.predictor_kwargs)
-            runner = BranchingRunner(policy, env_factory, allocator, predictor, cfg.runner_config())
+            # under accelerate / torchrun the ranks share one step's prompts (RankShardedRunner)
+            cls = RankShardedRunner if rank_world()[1] > 1 else BranchingRunner
+            runner = cls(policy, env_factory, allocator, predictor, cfg.runner_config())
         self.runner = runner
         self.last_trees: list[RolloutTree] = []
         self.last_rows: list[Row] = []
@@ -318,18 +341,23 @@ class TraceRollout:
 
     def __call__(self, prompts: list[Any], trainer: Any) -> dict[str, Any]:
         group = trainer.num_generations if trainer.model.training else trainer.num_generations_eval
-        if len(prompts) % group:
+        rank, world = self._ranks(trainer)
+        every = global_prompts(prompts, world)  # TRL's global batch: rank 0's rows first
+        if len(every) % group:
             raise ConfigError(
-                f"TRL passed {len(prompts)} prompts, not whole groups of num_generations={group}"
+                f"TRL passed {len(every)} prompts over {world} process(es), not whole groups "
+                f"of num_generations={group}"
             )
-        candidates = list(dict.fromkeys(str(p) for p in prompts))
+        candidates = list(dict.fromkeys(str(p) for p in every))
         step = int(trainer.state.global_step)
         trees, report = self._collect(trainer, step, candidates)
         rows, counts = unit_rows(trees, self.config)
         tok = self.policy.tokenizer
         pad = tok.pad_token_id if tok.pad_token_id is not None else 0
         eos = tok.eos_token_id if tok.eos_token_id is not None else pad
-        packed, dropped = pack_rows(rows, len(prompts), group, pad_id=pad, eos_id=eos)
+        # packed over the global batch: TRL centres the gathered rewards in blocks of G
+        packed, dropped = pack_rows(rows, len(every), group, pad_id=pad, eos_id=eos)
+        mine = packed[rank * len(prompts) : (rank + 1) * len(prompts)]
         record = allocation_record(step, candidates, trees, report)
         stats = step_stats(
             record,
@@ -346,13 +374,27 @@ class TraceRollout:
         )
         self.last_trees, self.last_rows, self.last_record = trees, packed, record
         return {
-            "prompt_ids": [r.prompt_ids for r in packed],
-            "completion_ids": [r.completion_ids for r in packed],
-            "logprobs": [r.logprobs for r in packed],
-            "env_mask": [r.env_mask for r in packed],
-            "trace_advantage": [r.reward for r in packed],
+            "prompt_ids": [r.prompt_ids for r in mine],
+            "completion_ids": [r.completion_ids for r in mine],
+            "logprobs": [r.logprobs for r in mine],
+            "env_mask": [r.env_mask for r in mine],
+            "trace_advantage": [r.reward for r in mine],
             "trace_stats": stats,  # not a list: TRL copies it to every row
         }
+
+    def _ranks(self, trainer: Any) -> tuple[int, int]:
+        """(rank, processes) of TRL's accelerator; several need a rank-sharded runner."""
+        from trace_gym.distributed.ranks import RankShardedRunner
+
+        world = int(trainer.accelerator.num_processes)
+        if world > 1 and getattr(self.runner, "world", 1) != world:
+            kind = type(self.runner).__name__
+            raise ConfigError(
+                f"TRL runs {world} processes but the rollout's runner is a {kind} over "
+                f"{getattr(self.runner, 'world', 1)}: build TraceRollout after the process "
+                f"group is up (GRPOConfig does it), or pass a {RankShardedRunner.__name__}"
+            )
+        return int(trainer.accelerator.process_index), world
 
     def _collect(
         self, trainer: Any, step: int, candidates: list[str]

@@ -9,6 +9,9 @@
 - `EnginePool` / `EngineClient` / `Engine` / `LocalEngines` (`trace_gym.distributed.engine`):
   generation-engine actors the workers call (``RayConfig.num_engines``), pushed the
   driver's policy by version, replaced when dead; `Latency` simulates per-request time;
+- `RankShardedRunner` (`trace_gym.distributed.ranks`): the ranks of a torch.distributed
+  job (accelerate, torchrun) split one step's prompts and all-gather the trees (what the
+  TRL adapter uses under ``accelerate launch``);
 - `trace_gym.distributed.testing`: fault injection and a fixed-latency policy;
 - `trace_gym.bench.distributed`: `trace-gym bench alloc --ray` (throughput, 1 vs 2 workers);
   `trace_gym.bench.engines`: `... --ray --engines` (engine pool, per-prompt vs barrier).
@@ -20,6 +23,7 @@ Ray is optional (``pip install "trace-gym[ray]"``); nothing here imports it unti
 from __future__ import annotations
 
 from trace_gym.distributed.engine import Engine, EngineClient, EnginePool, Latency, LocalEngines
+from trace_gym.distributed.ranks import RankShardedRunner
 from trace_gym.distributed.runner import (
     DistributedStepReport,
     RayConfig,
@@ -39,6 +43,7 @@ __all__ = [
     "Latency",
     "LocalEngines",
     "RayConfig",
+    "RankShardedRunner",
     "RayRunner",
     "RolloutWorker",
     "WorkerLost",

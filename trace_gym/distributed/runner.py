@@ -67,6 +67,8 @@ __all__ = [
     "RayConfig",
     "RayRunner",
     "WorkerLost",
+    "accept_shard",
+    "apportion_wait",
     "import_ray",
     "make_runner",
     "shard_works",
@@ -382,12 +384,12 @@ class RayRunner(BranchingRunner):
                 self._engines_lost(shard, e, attempts, report, snap)
                 submit([shard], [worker])
                 continue
-            _accept(result, by_order, done, report)
+            accept_shard(result, by_order, done, report)
             env_counts[result.worker] = result.env_instances
         missing = [by_order[o].tree.prompt_id for o in by_order if o not in done]
         if missing:
             raise WorkerLost(f"no tree came back for prompts {missing} (internal error)")
-        _apportion_wait(report, sw, time.perf_counter() - t0)
+        apportion_wait(report, sw, time.perf_counter() - t0)
         return sum(env_counts.values())
 
     def _snapshots(self, step: int) -> dict[str, Any]:
@@ -476,7 +478,7 @@ class RayRunner(BranchingRunner):
         return shard
 
 
-def _accept(
+def accept_shard(
     result: ShardResult,
     by_order: dict[int, PromptWork],
     done: dict[int, int],
@@ -493,7 +495,7 @@ def _accept(
     _merge(report, result.report)
 
 
-def _apportion_wait(report: DistributedStepReport, sw: Stopwatch, wait: float) -> None:
+def apportion_wait(report: DistributedStepReport, sw: Stopwatch, wait: float) -> None:
     """The driver's wait for the workers is spent the way the workers spent it."""
     busy = {k: v for k, v in report.worker_time_s.items() if k != "bookkeeping"}
     total = sum(report.worker_time_s.values())
