@@ -685,6 +685,8 @@ class _CostClasses:
 
     #: largest box DP (states x counts, summed over classes) before the solver gives up
     MAX_BOX_CELLS = 50_000_000
+    #: up to this many items (prompts x m_max) the band is every item (no sample)
+    SMALL_ITEMS = 16_384
 
     def __init__(self, inc: np.ndarray, sizes: np.ndarray, classes: np.ndarray, units: int):
         self.m_max = inc.shape[1]
@@ -701,25 +703,28 @@ class _CostClasses:
     def _bands(self, spread: int) -> tuple[list[_ClassBand], np.ndarray] | None:
         """Per-class bands around the LP threshold and the LP's class counts; None: widen.
 
-        The threshold is bracketed on a fixed-seed sample of the items' ratios (value /
-        cost), `spread` sample ranks either side; one pass over all items then checks the
+        Above `SMALL_ITEMS` the threshold is bracketed on a fixed-seed sample of the items'
+        ratios (value / cost), `spread` sample ranks either side; one pass over all items then checks the
         bracket (the items above it must fit the budget, the band must reach it) and
         keeps the band, sorted. Only the bracket's width depends on the sample: the
         classes' counts and values are exact.
         """
         n, m = int(self.starts[-1]), self.m_max
-        idx = np.random.default_rng(0x7ACE).integers(0, n, min(n, 4096))
-        k_of = np.searchsorted(self.starts, idx, side="right") - 1
-        ratio = np.empty(idx.size)
-        for k, f in enumerate(self.flat):
-            sel = k_of == k
-            ratio[sel] = f[idx[sel] - self.starts[k]] / self.w[k]
-        order = np.argsort(-ratio, kind="stable")
-        sample, cum = ratio[order], np.cumsum(self.w[k_of][order]) * (n / idx.size)
-        at = int(np.searchsorted(cum, self.units))
-        hi_i, lo_i = at - spread, at + spread
-        lam_hi = np.inf if hi_i < 0 else float(sample[hi_i])
-        lam_lo = -np.inf if lo_i >= sample.size else float(sample[lo_i])
+        lam_hi, lam_lo = np.inf, -np.inf  # small problems: every item is in the band
+        if n > self.SMALL_ITEMS:
+            idx = np.random.default_rng(0x7ACE).integers(0, n, 4096)
+            k_of = np.searchsorted(self.starts, idx, side="right") - 1
+            ratio = np.empty(idx.size)
+            for k, f in enumerate(self.flat):
+                sel = k_of == k
+                ratio[sel] = f[idx[sel] - self.starts[k]] / self.w[k]
+            order = np.argsort(-ratio, kind="stable")
+            sample, cum = ratio[order], np.cumsum(self.w[k_of][order]) * (n / idx.size)
+            at = int(np.searchsorted(cum, self.units))
+            if at - spread >= 0:
+                lam_hi = float(sample[at - spread])
+            if at + spread < sample.size:
+                lam_lo = float(sample[at + spread])
         tops, mines = [], []
         above = within = 0
         for k, f in enumerate(self.flat):
