@@ -80,8 +80,9 @@ def test_matches_the_reference_dp_where_the_box_is_a_small_part(costs):
         assert sol.objective == pytest.approx(ref.objective, abs=1e-9)
 
 
-def test_a_sampled_band_at_thousands_of_prompts_is_still_exact():
-    """Above 4,096 items the LP threshold is bracketed on a sample: the result must not move."""
+def test_a_sampled_band_at_thousands_of_prompts_is_still_exact(monkeypatch):
+    """Above SMALL_ITEMS the LP threshold is bracketed on a sample: the result must not move."""
+    monkeypatch.setattr(solvers._CostClasses, "SMALL_ITEMS", 1_000)  # sample at 900 x 16 items
     rng = np.random.default_rng(5)
     for costs in ([0.3, 1.0, 3.0], [1.0, 1.125]):
         p = 900
