@@ -118,14 +118,28 @@ def _arguments(raw: Any) -> dict[str, Any]:
     return raw
 
 
-def _calls_from_json(obj: Any) -> list[Call]:
-    """Calls from any of the OpenAI / Hermes / BFCL JSON shapes (raises ValueError)."""
+class _TooManyCalls(Exception):
+    """More calls than `ParseLimits.max_calls` (the message is refused where it is caught)."""
+
+
+def _calls_from_json(obj: Any, max_calls: int | None = None) -> list[Call]:
+    """Calls from any of the OpenAI / Hermes / BFCL JSON shapes (raises ValueError, or
+    `_TooManyCalls` as soon as more than `max_calls` are found: none past it are built)."""
+    calls: list[Call] = []
+    _collect_json_calls(obj, calls, max_calls)
+    return calls
+
+
+def _collect_json_calls(obj: Any, calls: list[Call], max_calls: int | None) -> None:
     if isinstance(obj, list):
-        return [c for item in obj for c in _calls_from_json(item)]
+        for item in obj:
+            _collect_json_calls(item, calls, max_calls)
+        return
     if not isinstance(obj, dict):
         raise ValueError(f"a tool call must be a JSON object, got {type(obj).__name__}")
     if "tool_calls" in obj:
-        return _calls_from_json(obj["tool_calls"] or [])
+        _collect_json_calls(obj["tool_calls"] or [], calls, max_calls)
+        return
     fn = obj.get("function")
     if isinstance(fn, dict):
         name, raw = fn.get("name"), fn.get("arguments", fn.get("parameters"))
@@ -135,7 +149,9 @@ def _calls_from_json(obj: Any) -> list[Call]:
         name, raw = obj.get("name"), obj.get("arguments", obj.get("parameters"))
     if not isinstance(name, str) or not name:
         raise ValueError("a tool call needs a 'name' (string)")
-    return [Call(name, (), _arguments(raw))]
+    calls.append(Call(name, (), _arguments(raw)))
+    if max_calls is not None and len(calls) > max_calls:
+        raise _TooManyCalls
 
 
 def _shown(node: ast.expr) -> str:
@@ -219,11 +235,11 @@ def _python_refusal(text: str, limits: ParseLimits, syntax: str) -> ParsedAction
     return None
 
 
-def _too_many_calls(n: int, limits: ParseLimits, syntax: str) -> ParsedAction:
+def _too_many_calls(limits: ParseLimits, syntax: str) -> ParsedAction:
     return _refusal(
         syntax,
         "max_calls",
-        f"your message has {n} calls; the limit is {limits.max_calls} per message. "
+        f"your message has more than {limits.max_calls} calls (the limit per message). "
         "Send fewer calls per message.",
     )
 
@@ -235,20 +251,28 @@ def _refusal(syntax: str, limit: str, reason: str) -> ParsedAction:
 def _parse_hermes(text: str, limits: ParseLimits) -> ParsedAction:
     """Every ``<tool_call>`` block: JSON, or python syntax as a fallback (pre-scanned
     together, so many small python blocks share one token budget)."""
-    blocks = _tool_blocks(text)
+    blocks = _tool_blocks(text, limits.max_calls)
     if len(blocks) > limits.max_calls:
-        return _too_many_calls(len(blocks), limits, "hermes")
+        return _too_many_calls(limits, "hermes")
     parsed: list[list[Call] | str] = []  # per block: its calls, or its error
-    python: list[int] = []
+    python: list[int] = []  # blocks that are python syntax (parsed below, after one pre-scan)
+    used = 0  # calls and errors of the blocks so far (a python block counts one for now)
     for block in blocks:
         try:
-            parsed.append(_calls_from_json(json.loads(block)))
+            calls = _calls_from_json(json.loads(block), limits.max_calls - used)
+        except _TooManyCalls:
+            return _too_many_calls(limits, "hermes")
         except json.JSONDecodeError as json_error:
             if _LOOKS_LIKE_CALL.match(block.strip()):
                 python.append(len(parsed))
             parsed.append(_ERR + str(json_error))
+            used += 1
         except (ValueError, RecursionError) as e:
             parsed.append(_ERR + str(e))
+            used += 1
+        else:
+            parsed.append(calls)
+            used += len(calls)
     if python:
         refusal = _python_refusal("\n".join(blocks[i] for i in python), limits, "hermes")
         if refusal is not None:
@@ -261,16 +285,18 @@ def _parse_hermes(text: str, limits: ParseLimits) -> ParsedAction:
     calls = [c for p in parsed if not isinstance(p, str) for c in p]
     errors = [p for p in parsed if isinstance(p, str)]
     if len(calls) + len(errors) > limits.max_calls:
-        return _too_many_calls(len(calls) + len(errors), limits, "hermes")
+        return _too_many_calls(limits, "hermes")
     return ParsedAction(tuple(calls), tuple(errors), "hermes")
 
 
-def _tool_blocks(text: str) -> list[str]:
+def _tool_blocks(text: str, limit: int | None = None) -> list[str]:
     """The stripped body of every ``<tool_call>`` block (an unclosed last one runs to the
     end), by `str.find`: linear in the message (a regex with whitespace on both sides of a
-    lazy body backtracks quadratically on long whitespace runs)."""
-    blocks, pos = [], 0
-    while (start := text.find("<tool_call>", pos)) >= 0:
+    lazy body backtracks quadratically on long whitespace runs); stops once there are
+    more than `limit`."""
+    blocks: list[str] = []
+    pos = 0
+    while (start := text.find("<tool_call>", pos)) >= 0 and len(blocks) <= (limit or len(text)):
         start += len("<tool_call>")
         end = text.find("</tool_call>", start)
         blocks.append(text[start : len(text) if end < 0 else end].strip())
@@ -325,11 +351,11 @@ def parse_action(text: str, limits: ParseLimits = ParseLimits()) -> ParsedAction
             isinstance(obj, list) and obj and all(isinstance(o, dict) for o in obj)
         ):
             try:
-                calls = _calls_from_json(obj)
+                calls = _calls_from_json(obj, limits.max_calls)
+            except _TooManyCalls:
+                return _too_many_calls(limits, "json")
             except ValueError as e:
                 return ParsedAction((), (_ERR + str(e),), "json")
-            if len(calls) > limits.max_calls:
-                return _too_many_calls(len(calls), limits, "json")
             return ParsedAction(tuple(calls), (), "json")
     if _LOOKS_LIKE_CALL.match(body) or body.replace(" ", "") == "[]":
         refusal = _python_refusal(body, limits, "python")
@@ -340,6 +366,6 @@ def parse_action(text: str, limits: ParseLimits = ParseLimits()) -> ParsedAction
         except (SyntaxError, ValueError, RecursionError, MemoryError) as e:
             return ParsedAction((), (_ERR + str(e),), "python")
         if len(calls) > limits.max_calls:
-            return _too_many_calls(len(calls), limits, "python")
+            return _too_many_calls(limits, "python")
         return ParsedAction(tuple(calls), (), "python")
     return ParsedAction()

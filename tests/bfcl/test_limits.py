@@ -58,8 +58,8 @@ def test_too_many_calls_is_one_readable_refusal(text, syntax):
     parsed = parse_action(text)
     assert parsed.calls == () and parsed.syntax == syntax and parsed.limit == "max_calls"
     assert parsed.errors == (
-        f"{_ERR}your message has 300 calls; the limit is 256 per message. Send fewer calls "
-        "per message.",
+        f"{_ERR}your message has more than 256 calls (the limit per message). Send fewer "
+        "calls per message.",
     )
     assert len(parse_action(text, _OPEN).calls + parse_action(text, _OPEN).errors) == 300
 
@@ -139,7 +139,7 @@ def test_env_answers_a_refused_message_and_runs_none_of_it(on_malformed, event):
     obs, reward, term, _, info = env.step(action)
     assert info["event"] == event and not term and reward == 0.0
     assert info["error"] == "action_over_limit" and info["limit"] == "max_calls"
-    assert info["malformed"][0].startswith(f"{_ERR}your message has 300 calls")
+    assert info["malformed"][0].startswith(f"{_ERR}your message has more than 256 calls")
     if on_malformed == "error":
         assert obs == info["malformed"][0] and info["calls"] == []
         assert env.unwrapped.turn_calls == []  # nothing ran
