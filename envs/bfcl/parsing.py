@@ -59,7 +59,8 @@ class ParseLimits:
     """Bounds on the work one message may cost to parse; a message over one is refused.
 
     The defaults sit far above BFCL's ground truth (at most 34 calls in a turn, bracket
-    depth 2, a few dozen tokens per call) and keep the slowest parse near 20 ms.
+    depth 2, a few dozen tokens per call) and keep any parse within the env's length cap
+    to a few milliseconds (`trace-gym bench bfcl-parse`; docs/bfcl.md).
     """
 
     #: calls in one message (malformed ``<tool_call>`` blocks count too)
