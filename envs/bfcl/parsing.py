@@ -33,7 +33,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from trace_gym.errors import ConfigError
+from trace_gym.errors import ConfigError, TraceGymError
 
 __all__ = ["Call", "ParseLimits", "ParsedAction", "parse_action", "parse_python_calls"]
 
@@ -119,7 +119,7 @@ def _arguments(raw: Any) -> dict[str, Any]:
     return raw
 
 
-class _TooManyCalls(Exception):
+class _TooManyCalls(TraceGymError):
     """More calls than `ParseLimits.max_calls` (the message is refused where it is caught)."""
 
 
