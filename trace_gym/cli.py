@@ -112,6 +112,10 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
         "serve-retriever under 64 clients vs the old server",
     ),
     "bfcl": ("trace_gym.envs.bfcl.bench:main", "BFCL env checkpoint/restore latency and steps/s"),
+    "bfcl-parse": (
+        "trace_gym.envs.bfcl.bench_parse:main",
+        "BFCL action parse+check time by size and format (linear, bounded)",
+    ),
     "wrap-restore": (
         "trace_gym.bench.wrap_restore:main",
         "trace_gym.wrap restore (replay, deepcopy) vs a native checkpoint",

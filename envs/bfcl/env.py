@@ -40,7 +40,7 @@ from trace_gym.envs.bfcl.data import (
     BFCLEntry,
     to_openai_tool,
 )
-from trace_gym.envs.bfcl.parsing import ParsedAction, parse_action
+from trace_gym.envs.bfcl.parsing import ParsedAction, ParseLimits, parse_action
 from trace_gym.envs.bfcl.scoring import (
     FORCE_TERMINATED,
     TurnVerdict,
@@ -112,6 +112,9 @@ class BFCLEnv(TraceEnv):
         max_action_chars: longest assistant message parsed; a longer one is answered
             like a malformed call (``Error during execution: ...``, the turn goes on, or
             ends with ``on_malformed="end_turn"``).
+        parse_limits: bounds on the calls of one message (`ParseLimits`: calls, bracket
+            depth, python-syntax tokens); a message over one is answered the same way,
+            and ``info["error"] == "action_over_limit"``, ``info["limit"]`` names it.
     """
 
     env_id = "trace/BFCL-v0"
@@ -126,6 +129,7 @@ class BFCLEnv(TraceEnv):
         check_irrelevance: bool = True,
         max_turns: int | None = None,
         max_action_chars: int = TraceEnv.max_action_chars,
+        parse_limits: ParseLimits | None = None,
         render_mode: str | None = None,
     ):
         bfcl_data.require_bfcl()
@@ -142,6 +146,7 @@ class BFCLEnv(TraceEnv):
         if max_action_chars < 1:
             raise ConfigError(f"max_action_chars must be >= 1, got {max_action_chars}")
         self.max_action_chars = int(max_action_chars)
+        self.parse_limits = parse_limits or ParseLimits()
         self.categories = tuple(categories)
         self.entries: list[BFCLEntry] = bfcl_data.load_entries(self.categories)
         self.max_steps_per_turn = int(max_steps_per_turn)
@@ -209,10 +214,14 @@ class BFCLEnv(TraceEnv):
 
     # ------------------------------------------------------------------ stepping
     def _step(self, action: str) -> Transition:
-        parsed = parse_action(action)
+        parsed = parse_action(action, self.parse_limits)
         if parsed.calls or (parsed.errors and self.on_malformed == "error"):
-            return self._call_step(parsed)
-        return self._end_turn(parsed)
+            transition = self._call_step(parsed)
+        else:
+            transition = self._end_turn(parsed)
+        if parsed.limit is not None:
+            transition.info.update(error="action_over_limit", limit=parsed.limit)
+        return transition
 
     def _reject_action(self, action: str, reason: str) -> Transition:
         """An over-long message is a malformed call: its error is the observation."""

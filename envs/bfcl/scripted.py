@@ -300,7 +300,7 @@ def _perturb_turns(
 
 def _changes_state(entry: BFCLEntry, turn: int, call: Call) -> bool:
     """Whether `call`, made after the ground truth of `turn`, changes a public attribute."""
-    after = ground_truth_trace(entry.id).backends[turn]
+    after = ground_truth_trace(entry.id).backends_after(turn)
     backends = pickle.loads(pickle.dumps(after))
     execute_call(backends, call, method_table(entry.involved_classes))
     return bool(state_differences(backends, after))

@@ -151,3 +151,20 @@ def test_scripted_error_rate_gives_intermediate_success(bfcl_env):
     rates = [_success_rate(bfcl_env, e, indices) for e in (0.0, 0.1, 0.3)]
     assert rates[0] == 1.0
     assert 0.2 < rates[2] < rates[1] < 1.0
+
+
+def test_ground_truth_snapshots_are_bytes_and_each_read_is_a_fresh_copy():
+    # bytes: nothing in the 800-entry cache for the garbage collector to walk
+    from trace_gym.envs.bfcl.backends import public_attributes
+    from trace_gym.envs.bfcl.scoring import ground_truth_trace
+
+    trace = ground_truth_trace("multi_turn_base_0")
+    assert trace.snapshots and all(type(s) is bytes for s in trace.snapshots)
+    first, again = trace.backends_after(0), trace.backends_after(0)
+    assert (
+        first.keys() == again.keys()
+        and first["GorillaFileSystem"] is not again["GorillaFileSystem"]
+    )
+    first["GorillaFileSystem"].long_context = "changed"  # a caller's change stays its own
+    fresh = trace.backends_after(0)["GorillaFileSystem"]
+    assert public_attributes(fresh) == public_attributes(again["GorillaFileSystem"])

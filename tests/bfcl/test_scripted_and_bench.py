@@ -75,3 +75,27 @@ def test_bench_cli_writes_the_json_keys(tmp_path):
     assert {"checkpoint_ms", "restore_ms", "steps_per_s"} <= report.keys()
     assert report["entries"] == 3 and report["ground_truth_success"] == 1.0
     assert report["restore_ms"]["n"] == 3 * 2 * 2 and report["steps_per_s"] > 0
+
+
+def test_bench_bfcl_parse_smoke(tmp_path):
+    out = tmp_path / "parse.json"
+    subprocess.run(
+        [sys.executable, "-m", "trace_gym.cli", "bench", "bfcl-parse", "--sizes", "200,2000"]
+        + ["--formats", "python_calls,json_call", "--json", str(out)],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    report = json.loads(out.read_text())
+    rows = {(r["format"], r["chars"] // 100): r for r in report["rows"]}
+    assert len(report["rows"]) == 4 and report["limits"]["max_calls"] == 256
+    assert rows[("python_calls", 19)]["outcome"] == "python:250 calls,0 errors"
+    assert rows[("python_calls", 1)]["size_ratio"] == 1.0 and report["summary"]["max_step_ms"] > 0
+    bad = subprocess.run(
+        [sys.executable, "-m", "trace_gym.cli", "bench", "bfcl-parse", "--sizes", "x"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1
