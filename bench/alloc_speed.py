@@ -339,8 +339,7 @@ def _print_scale(r: dict) -> None:
     )
 
 
-def main(argv: list[str]) -> int:
-    """Entry point of `trace-gym bench alloc-speed [--json PATH]`."""
+def _parser() -> Parser:
     p = Parser(
         prog="trace-gym bench alloc-speed",
         description=__doc__,
@@ -374,7 +373,12 @@ def main(argv: list[str]) -> int:
     p.add_argument(
         "--brute", type=int, default=300, help="--mixture: tiny instances checked by brute force"
     )
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv: list[str]) -> int:
+    """Entry point of `trace-gym bench alloc-speed [--json PATH]`."""
+    args = _parser().parse_args(argv)
     if args.mixture:
         r = run_mixture(
             args.mixture,
@@ -384,21 +388,24 @@ def main(argv: list[str]) -> int:
             brute=max(0, args.brute),
         )
         _print_mixture(r)
-        _write_json(args.json, r)
-        return 0
-    if args.scale:
+    elif args.scale:
         r = run_scale(args.scale, repeats=max(1, min(args.repeats, 5)), seed=args.seed)
         _print_scale(r)
-        _write_json(args.json, r)
-        return 0
-    r = run(
-        candidates=args.candidates,
-        budget=args.budget,
-        m_max=args.m_max,
-        repeats=args.repeats,
-        reference_repeats=args.reference_repeats,
-        seed=args.seed,
-    )
+    else:
+        r = run(
+            candidates=args.candidates,
+            budget=args.budget,
+            m_max=args.m_max,
+            repeats=args.repeats,
+            reference_repeats=args.reference_repeats,
+            seed=args.seed,
+        )
+        _print_solvers(r)
+    _write_json(args.json, r)
+    return 0
+
+
+def _print_solvers(r: dict) -> None:
     print(
         f"root allocation: P={r['candidates']} B={r['budget']} m_max={r['m_max']} values {r['values']}"
     )
@@ -417,8 +424,6 @@ def main(argv: list[str]) -> int:
     print(
         "goals: " + ", ".join(f"{k} {'met' if v else 'MISSED'}" for k, v in r["goals_met"].items())
     )
-    _write_json(args.json, r)
-    return 0
 
 
 def _sizes(text: str) -> list[int]:

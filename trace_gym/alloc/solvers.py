@@ -700,6 +700,27 @@ class _CostClasses:
         self.radius = 2 * int(self.w.max()) + 2
 
     # ---------------------------------------------------------------- the LP threshold
+    def _bracket(self, spread: int) -> tuple[float, float]:
+        """Ratios (hi, lo) around the LP threshold, `spread` sample ranks either side."""
+        n = int(self.starts[-1])
+        lam_hi, lam_lo = np.inf, -np.inf  # small problems: every item is in the band
+        if n <= self.SMALL_ITEMS:
+            return lam_hi, lam_lo
+        idx = np.random.default_rng(0x7ACE).integers(0, n, 4096)
+        k_of = np.searchsorted(self.starts, idx, side="right") - 1
+        ratio = np.empty(idx.size)
+        for k, f in enumerate(self.flat):
+            sel = k_of == k
+            ratio[sel] = f[idx[sel] - self.starts[k]] / self.w[k]
+        order = np.argsort(-ratio, kind="stable")
+        sample, cum = ratio[order], np.cumsum(self.w[k_of][order]) * (n / idx.size)
+        at = int(np.searchsorted(cum, self.units))
+        if at - spread >= 0:
+            lam_hi = float(sample[at - spread])
+        if at + spread < sample.size:
+            lam_lo = float(sample[at + spread])
+        return lam_hi, lam_lo
+
     def _bands(self, spread: int) -> tuple[list[_ClassBand], np.ndarray] | None:
         """Per-class bands around the LP threshold and the LP's class counts; None: widen.
 
@@ -709,22 +730,7 @@ class _CostClasses:
         keeps the band, sorted. Only the bracket's width depends on the sample: the
         classes' counts and values are exact.
         """
-        n, m = int(self.starts[-1]), self.m_max
-        lam_hi, lam_lo = np.inf, -np.inf  # small problems: every item is in the band
-        if n > self.SMALL_ITEMS:
-            idx = np.random.default_rng(0x7ACE).integers(0, n, 4096)
-            k_of = np.searchsorted(self.starts, idx, side="right") - 1
-            ratio = np.empty(idx.size)
-            for k, f in enumerate(self.flat):
-                sel = k_of == k
-                ratio[sel] = f[idx[sel] - self.starts[k]] / self.w[k]
-            order = np.argsort(-ratio, kind="stable")
-            sample, cum = ratio[order], np.cumsum(self.w[k_of][order]) * (n / idx.size)
-            at = int(np.searchsorted(cum, self.units))
-            if at - spread >= 0:
-                lam_hi = float(sample[at - spread])
-            if at + spread < sample.size:
-                lam_lo = float(sample[at + spread])
+        lam_hi, lam_lo = self._bracket(spread)
         tops, mines = [], []
         above = within = 0
         for k, f in enumerate(self.flat):
@@ -748,38 +754,37 @@ class _CostClasses:
         spent = np.cumsum(self.w[cls[lp_order]])
         taken = cls[lp_order[: int(np.searchsorted(spent, self.units - above, side="right"))]]
         lp = np.bincount(taken, minlength=self.w.size).astype(np.int64)
-        bands = []
-        for k, x in enumerate(self.inc_k):
-            f, t, mine = self.flat[k], tops[k], mines[k]
-            mine = mine[np.lexsort((mine, -f[mine]))]  # greedy order inside the class
-            top = int(np.count_nonzero(t))
-            lp[k] += top
-            top_counts = t.reshape(x.shape).view(np.int8).sum(axis=1, dtype=np.int64)
-            first = np.full(x.shape[0], np.iinfo(np.int64).max)
-            zero = np.flatnonzero(mine % m == 0)
-            opened = np.flatnonzero(top_counts > 0)
-            first[mine[zero] // m] = zero
-            first[opened] = -1
-            deep = top_counts >= 3
-            top_last = float(x[deep, top_counts[deep] - 1].min()) if deep.any() else float("inf")
-            held = top_counts + np.bincount(mine // m, minlength=x.shape[0])
-            rows = np.arange(x.shape[0])
-            below = np.where(held < m, x[rows, np.minimum(held, m - 1)], -np.inf)
-            by_first = np.concatenate([opened, mine[zero] // m])  # `first` ascending
-            bands.append(
-                _ClassBand(
-                    top,
-                    top_counts,
-                    mine,
-                    np.concatenate([[0.0], np.cumsum(f[mine])]),
-                    first,
-                    top_last,
-                    first[by_first],
-                    np.maximum.accumulate(below[by_first]),
-                    f.size,
-                )
-            )
+        bands = [self._class_band(k, tops[k], mines[k]) for k in range(self.w.size)]
+        lp += np.array([cb.top for cb in bands], dtype=np.int64)
         return bands, lp
+
+    def _class_band(self, k: int, t: np.ndarray, mine: np.ndarray) -> _ClassBand:
+        """Class k's band record: `t` marks the items above the band, `mine` the band's."""
+        x, f, m = self.inc_k[k], self.flat[k], self.m_max
+        mine = mine[np.lexsort((mine, -f[mine]))]  # greedy order inside the class
+        top_counts = t.reshape(x.shape).view(np.int8).sum(axis=1, dtype=np.int64)
+        first = np.full(x.shape[0], np.iinfo(np.int64).max)
+        zero = np.flatnonzero(mine % m == 0)
+        opened = np.flatnonzero(top_counts > 0)
+        first[mine[zero] // m] = zero
+        first[opened] = -1
+        deep = top_counts >= 3
+        top_last = float(x[deep, top_counts[deep] - 1].min()) if deep.any() else float("inf")
+        held = top_counts + np.bincount(mine // m, minlength=x.shape[0])
+        rows = np.arange(x.shape[0])
+        below = np.where(held < m, x[rows, np.minimum(held, m - 1)], -np.inf)
+        by_first = np.concatenate([opened, mine[zero] // m])  # `first` ascending
+        return _ClassBand(
+            int(np.count_nonzero(t)),
+            top_counts,
+            mine,
+            np.concatenate([[0.0], np.cumsum(f[mine])]),
+            first,
+            top_last,
+            first[by_first],
+            np.maximum.accumulate(below[by_first]),
+            f.size,
+        )
 
     # ---------------------------------------------------------------- exact class values
     def _counts(self, k: int, cb: _ClassBand, b: int) -> np.ndarray:
