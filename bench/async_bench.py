@@ -185,6 +185,9 @@ def _tiny_config(cfg: AsyncBenchConfig, k: int, out_dir: str) -> Any:
     d.update(steps=cfg.tiny_steps, seed=cfg.seed, out_dir=out_dir, save_every=0, overwrite=True)
     d["rollout"]["max_staleness"] = k
     d["optim"]["epochs"] = cfg.tiny_epochs
+    # every unit trains, zero advantage or not: the train step's cost does not hinge on how
+    # many groups of a random-ish tiny model happened to be mixed
+    d["algo"]["skip_zero_advantage"] = False
     if cfg.max_batch is not None:
         d["rollout"]["max_batch"] = cfg.max_batch
     return TrainConfig.from_dict(d)
@@ -225,6 +228,8 @@ def _tiny_row(cfg: AsyncBenchConfig, k: int) -> dict[str, Any]:
         [m["time_train_s"] for m in hist],
         [m.get("time_rollout_wait_s", m["time_rollout_s"]) for m in hist],
         episodes=int(sum(m["roots"] + m["replays"] for m in hist)),
+        generated_tokens=int(sum(m["generated_tokens"] for m in hist)),
+        samples=int(sum(m.get("samples", 0) for m in hist)),
         staleness_mean=sum(m.get("staleness_mean", 0.0) for m in hist) / len(hist),
     )
 

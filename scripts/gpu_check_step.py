@@ -21,8 +21,28 @@ import sys
 import tempfile
 import time
 
+#: Qwen3's published shapes (vocab 151936); `qwen3_model(..., layers=n)` cuts the layer count
+QWEN3_SHAPES = {
+    "0.6b": dict(
+        hidden_size=1024,
+        intermediate_size=3072,
+        num_hidden_layers=28,
+        num_attention_heads=16,
+        num_key_value_heads=8,
+        tie_word_embeddings=True,
+    ),
+    "8b": dict(
+        hidden_size=4096,
+        intermediate_size=12288,
+        num_hidden_layers=36,
+        num_attention_heads=32,
+        num_key_value_heads=8,
+        tie_word_embeddings=False,
+    ),
+}
 
-def qwen3_model(tiny: bool, vocab: int, tokenizer, dtype):
+
+def qwen3_model(tiny: bool, vocab: int, tokenizer, dtype, shape: str = "0.6b", layers=None):
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
     if tiny:
@@ -36,20 +56,19 @@ def qwen3_model(tiny: bool, vocab: int, tokenizer, dtype):
             head_dim=32,
             max_position_embeddings=4096,
         )
-    else:  # Qwen3-0.6B's published shape (vocab 151936)
+        cfg.tie_word_embeddings = True
+    else:
+        dims = {**QWEN3_SHAPES[shape]}
+        if layers:
+            dims["num_hidden_layers"] = layers
         cfg = Qwen3Config(
             vocab_size=151936,
-            hidden_size=1024,
-            intermediate_size=3072,
-            num_hidden_layers=28,
-            num_attention_heads=16,
-            num_key_value_heads=8,
             head_dim=128,
             max_position_embeddings=40960,
             rope_theta=1000000.0,
             rms_norm_eps=1e-6,
+            **dims,
         )
-    cfg.tie_word_embeddings = True
     cfg.eos_token_id, cfg.pad_token_id, cfg.bos_token_id = (
         tokenizer.eos_token_id,
         tokenizer.pad_token_id,
