@@ -114,13 +114,9 @@ def run_one(args: argparse.Namespace, staleness: int) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    p.add_argument("--device", default="cuda")
-    p.add_argument(
-        "--tiny", action="store_true", help="a tiny model instead of the 0.6B shape (smoke runs)"
-    )
+    from gpu_check_step import check_parser, no_cuda
+
+    p = check_parser(__doc__)
     p.add_argument("--steps", type=int, default=4)
     p.add_argument("--roots", type=int, default=16)
     p.add_argument("--new-tokens", type=int, default=32)
@@ -132,10 +128,7 @@ def main(argv: list[str] | None = None) -> int:
     args, _ = p.parse_known_args(argv)
     import torch
 
-    if args.device.startswith("cuda") and not torch.cuda.is_available():
-        print(
-            json.dumps({"skipped": "no CUDA device; run with --tiny --device cpu for a smoke run"})
-        )
+    if no_cuda(args.device):
         return 3
     if not args.device.startswith("cuda"):
         torch.set_num_threads(1)  # the producer and the trainer: one core each

@@ -135,13 +135,9 @@ def config(path: Path, device: str, args: argparse.Namespace) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    p.add_argument("--device", default="cuda")
-    p.add_argument(
-        "--tiny", action="store_true", help="a tiny model instead of the 0.6B shape (smoke runs)"
-    )
+    from gpu_check_step import check_parser, no_cuda
+
+    p = check_parser(__doc__)
     p.add_argument(
         "--world-size",
         type=int,
@@ -166,10 +162,7 @@ def main(argv: list[str] | None = None) -> int:
     from trace_gym.bench.train import SHAPES, ModelShape, memory_estimate, run_bench
 
     cuda = args.device.startswith("cuda")
-    if cuda and not torch.cuda.is_available():
-        print(
-            json.dumps({"skipped": "no CUDA device; run with --tiny --device cpu for a smoke run"})
-        )
+    if no_cuda(args.device):
         return 3
     world = args.world_size or (torch.cuda.device_count() if cuda else 2)
     layers = (args.layers or 4) if args.shape == "8b" else args.layers

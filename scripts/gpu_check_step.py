@@ -93,6 +93,30 @@ def build_policy(args):
     return HFPolicy(model, tokenizer, sampling)
 
 
+def check_parser(doc: str) -> argparse.ArgumentParser:
+    """The GPU checks' shared options: --device, --tiny."""
+    p = argparse.ArgumentParser(
+        description=doc, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument("--device", default="cuda")
+    p.add_argument(
+        "--tiny", action="store_true", help="a tiny model instead of the 0.6B shape (smoke runs)"
+    )
+    return p
+
+
+def no_cuda(device: str) -> bool:
+    """True (and says so, as JSON) when `device` is CUDA and there is none: exit 3."""
+    import torch
+
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        print(
+            json.dumps({"skipped": "no CUDA device; run with --tiny --device cpu for a smoke run"})
+        )
+        return True
+    return False
+
+
 def run_one(args, lora: bool, predictor: str) -> dict:
     """One TRACE training step with LoRA or full fine-tuning and `predictor`: times and memory."""
     import torch
@@ -168,13 +192,7 @@ def train_config(args, lora: bool, predictor: str):
 def main(argv: list[str] | None = None) -> int:
     from trace_gym.runner import add_runner_args
 
-    p = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    p.add_argument("--device", default="cuda")
-    p.add_argument(
-        "--tiny", action="store_true", help="a tiny model instead of the 0.6B shape (smoke runs)"
-    )
+    p = check_parser(__doc__)
     p.add_argument("--modes", default="lora,full")
     p.add_argument("--predictors", default="empirical,critic")
     add_runner_args(p, root_budget=16)
@@ -182,12 +200,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--gen-batch", type=int, default=32)
     p.add_argument("--micro-batch", type=int, default=4)
     args = p.parse_args(argv)
-    import torch
 
-    if args.device.startswith("cuda") and not torch.cuda.is_available():
-        print(
-            json.dumps({"skipped": "no CUDA device; run with --tiny --device cpu for a smoke run"})
-        )
+    if no_cuda(args.device):
         return 3
     for mode in args.modes.split(","):
         for predictor in args.predictors.split(","):
