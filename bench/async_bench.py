@@ -17,11 +17,14 @@ One run measures every ``--staleness`` k (default 0, 1, 2) side by side, on two 
   on the tiny local Qwen3 (built on this machine, `trace_gym.agents.tiny`) on
   ``trace/Sim-v0``: real HF generation plus the same simulated latency per policy call,
   real updates (old logprobs, AdamW, weight sync, the frozen snapshot per update at
-  k >= 1). Its train / generation ratio is what it is on this machine (reported);
+  k >= 1; every unit trains, zero advantage or not). This policy learns, so each k
+  generates somewhat different trees (its ``gen s`` shows how much). Its train / generation ratio is what it is on this machine (reported);
   ``--tiny-epochs`` (PPO epochs per update) makes the real train step costlier.
 
 Per (backend, k): ``steps_per_hour`` over the whole run (pipeline fill included: the first
-k steps cannot overlap), ``ratio_vs_sync`` (the same backend's k = 0 wall over this k's),
+k steps cannot overlap), ``ratio_vs_sync`` (the same backend's k = 0 wall over this k's;
+with ``--repeats n`` every k runs n times, interleaved, and the rows give the median wall
+and the median of the per-round ratios, each k against the k = 0 run of its own round),
 the trainer's mean wait for trees and the producer's mean generation wall. The best a
 fixed lag can do is (1 + R) / max(1, R): a ratio of 1.5 needs R >= 0.5.
 """
@@ -54,6 +57,8 @@ class AsyncBenchConfig:
     staleness: tuple[int, ...] = (0, 1, 2)
     #: steps per (backend, k), all timed (the first k cannot overlap: part of the price)
     steps: int = 12
+    #: runs of every k, interleaved (0, 1, 2, 0, 1, 2, ...); the median is reported
+    repeats: int = 1
     #: steps of the tiny-model rows (slower on these cores)
     tiny_steps: int = 6
     #: PPO epochs per update of the tiny rows (more epochs: a costlier train step)
@@ -87,7 +92,7 @@ class AsyncBenchConfig:
             or self.candidates < 1
         ):
             raise ConfigError(
-                "need --steps, --tiny-steps, --tiny-epochs, --candidates >= 1 and --roots >= 2"
+                "need --steps, --tiny-steps, --tiny-epochs, --repeats, --candidates >= 1, --roots >= 2"
             )
         if self.latency_s < 0 or self.latency_sigma < 0 or self.train_ratio < 0:
             raise ConfigError("--latency, --latency-sigma and --train-ratio must be >= 0")
@@ -235,21 +240,44 @@ def _tiny_row(cfg: AsyncBenchConfig, k: int) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------------- the bench
+def _merge(runs: list[dict[str, Any]], sync: list[dict[str, Any]]) -> dict[str, Any]:
+    """One k's repeats: the median wall, and the median of the ratios to the synchronous
+    run of the same round (run next to it in time)."""
+    import numpy as np
+
+    walls = [r["wall_s"] for r in runs]
+    ratios = [s["wall_s"] / r["wall_s"] for s, r in zip(sync, runs, strict=True)]
+    row = {**runs[0]}
+    for key in ("gen_s_mean", "train_s_mean", "wait_s_mean"):
+        row[key] = float(np.mean([r[key] for r in runs]))
+    row["train_gen_ratio"] = row["train_s_mean"] / row["gen_s_mean"] if row["gen_s_mean"] else 0.0
+    row["wall_s"] = float(np.median(walls))
+    row["step_wall_s"] = row["wall_s"] / row["steps"]
+    row["steps_per_hour"] = 3600.0 * row["steps"] / row["wall_s"]
+    row["ratio_vs_sync"] = float(np.median(ratios))
+    row.update(repeats=len(runs), walls_s=walls, ratios_vs_sync=ratios)
+    return row
+
+
 def run_async_bench(cfg: AsyncBenchConfig) -> dict[str, Any]:
-    """Every (backend, k) row, then the ratios to the same backend's synchronous row."""
+    """Every (backend, k) row (`repeats` runs each, interleaved) with its ratio to the same
+    backend's synchronous row."""
     import torch
+
+    load_start = os.getloadavg()
 
     torch.set_num_threads(1)  # the producer and the trainer share the cores: one each
     rows = []
     for backend in cfg.backends:
-        for k in cfg.staleness:
-            rows.append(_sim_row(cfg, k) if backend == "sim" else _tiny_row(cfg, k))
-    sync = {r["backend"]: r for r in rows if r["staleness"] == 0}
-    for r in rows:
-        r["ratio_vs_sync"] = sync[r["backend"]]["wall_s"] / r["wall_s"]
+        runs: dict[int, list[dict[str, Any]]] = {k: [] for k in cfg.staleness}
+        for _ in range(cfg.repeats):  # k interleaved: a change of load hits every k alike
+            for k in cfg.staleness:
+                runs[k].append(_sim_row(cfg, k) if backend == "sim" else _tiny_row(cfg, k))
+        rows += [_merge(runs[k], runs[0]) for k in cfg.staleness]
     goal = [r for r in rows if r["staleness"] == 1]
     return {
         "config": asdict(cfg),
+        "load_start": load_start,
         "load": os.getloadavg(),
         "rows": rows,
         "goals": [
@@ -297,6 +325,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--backends", default=",".join(d.backends), help="sim, tiny (comma-separated)")
     p.add_argument("--staleness", default="0,1,2", help="max_staleness values; 0 is required")
     p.add_argument("--steps", type=int, default=d.steps, help="steps per simulator row")
+    p.add_argument(
+        "--repeats", type=int, default=d.repeats, help="runs per k, interleaved; medians reported"
+    )
     p.add_argument("--tiny-steps", type=int, default=d.tiny_steps, help="steps per tiny row")
     p.add_argument(
         "--tiny-epochs",
@@ -325,6 +356,7 @@ def main(argv: list[str] | None = None) -> int:
             backends=tuple(b for b in args.backends.split(",") if b),
             staleness=_ints(args.staleness),
             steps=args.steps,
+            repeats=args.repeats,
             tiny_steps=args.tiny_steps,
             tiny_epochs=args.tiny_epochs,
             latency_s=args.latency,
