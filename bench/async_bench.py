@@ -319,7 +319,7 @@ def _ints(text: str) -> tuple[int, ...]:
         raise ConfigError(f"--staleness takes comma-separated ints, got {text!r}") from None
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> Parser:
     p = Parser(prog="trace-gym bench async", description=__doc__.split("\n")[0])
     d = AsyncBenchConfig()
     p.add_argument("--backends", default=",".join(d.backends), help="sim, tiny (comma-separated)")
@@ -350,7 +350,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-batch", type=int, default=None)
     p.add_argument("--seed", type=int, default=d.seed)
     p.add_argument("--json", type=Path, default=None)
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
     try:
         cfg = AsyncBenchConfig(
             backends=tuple(b for b in args.backends.split(",") if b),

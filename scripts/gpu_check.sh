@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# GPU checks, under 10 minutes on one GPU (no vLLM, no downloads; needs torch, transformers, peft):
+# GPU checks, each given 420 s on one GPU (no vLLM, no downloads; needs torch, transformers, peft):
 #   1. step   scripts/gpu_check_step.py: one full TRACE training step (LoRA and full; empirical
 #             predictor and the LM critic) with HF bf16 generation on a random-init
 #             Qwen3-0.6B-shaped model: tokens/s, step time, peak memory;

@@ -134,8 +134,8 @@ def config(path: Path, device: str, args: argparse.Namespace) -> dict:
     }
 
 
-def main(argv: list[str] | None = None) -> int:
-    from gpu_check_step import check_parser, no_cuda
+def parser():
+    from gpu_check_step import check_parser
 
     p = check_parser(__doc__)
     p.add_argument(
@@ -156,10 +156,45 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--layers", type=int, default=None, help="8b: decoder layers (default 4)")
     p.add_argument("--json", help="also write the report here")
+    return p
+
+
+def formula_rows(args, shape, world: int, run: dict, cuda: bool) -> tuple[list[dict], dict]:
+    """Per rank: the measured peak against `memory_estimate` at the run's longest sample."""
+    from trace_gym.bench.train import memory_estimate
+
+    seq = int(run["max_sample_len"] or 2048)
+    est = memory_estimate(
+        shape, world, micro_batch=1, seq_len=seq, gen_batch=args.gen_batch, gen_context=seq
+    )
+    rows = []
+    for rank, measured in enumerate(run["peak_mem_mb"]):
+        want = (est["rank0"] if rank == 0 else est["other_ranks"]) / 2**20
+        rows.append(
+            {
+                "check": "memory_formula",
+                "shape": "tiny" if args.tiny else args.shape,
+                "layers": shape.layers,
+                "rank": rank,
+                "world_size": world,
+                "seq_len": seq,
+                "measured_mb": measured,
+                "estimate_mb": want,
+                "ratio": measured / want,
+                "terms_mb": {k: v / 2**20 for k, v in est.items()},
+                "what": "peak_cuda_mb" if cuda else "peak_rss_mb (CPU: not comparable)",
+            }
+        )
+    return rows, est
+
+
+def main(argv: list[str] | None = None) -> int:
+    from gpu_check_step import no_cuda
+
     # gpu_check.sh hands every check the same arguments: the other checks' are ignored here
-    args, _ = p.parse_known_args(argv)
+    args, _ = parser().parse_known_args(argv)
     import torch
-    from trace_gym.bench.train import SHAPES, ModelShape, memory_estimate, run_bench
+    from trace_gym.bench.train import SHAPES, ModelShape, run_bench
 
     cuda = args.device.startswith("cuda")
     if no_cuda(args.device):
@@ -173,17 +208,9 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="trace-gym-fsdp-check-") as tmp:
         model_dir, built = build_model_dir(args.tiny, Path(tmp) / "model", args.shape, layers)
         rep = run_bench(config(model_dir, args.device, args), [world], Path(tmp) / "runs")
-    print(
-        json.dumps(
-            {
-                "check": "fsdp_bench",
-                "shape": "tiny" if args.tiny else args.shape,
-                "layers": None if args.tiny else layers,
-                **rep,
-            }
-        ),
-        flush=True,
-    )
+    name = "tiny" if args.tiny else args.shape
+    head = {"check": "fsdp_bench", "shape": name, "layers": None if args.tiny else layers}
+    print(json.dumps({**head, **rep}), flush=True)
     if args.tiny:
         shape = ModelShape(2.3e6, 64, 128, 2, 1024, 1, 32, True)
     elif args.shape == "0.6b" and not layers:
@@ -191,30 +218,9 @@ def main(argv: list[str] | None = None) -> int:
     else:  # the cut 8B-wide model: its own parameter count and layers
         shape = built
     run = rep["world_sizes"][str(world) if world != 1 else "1-sharded"]
-    seq = int(run["max_sample_len"] or 2048)
-    est = memory_estimate(
-        shape, world, micro_batch=1, seq_len=seq, gen_batch=args.gen_batch, gen_context=seq
-    )
-    for rank, measured in enumerate(run["peak_mem_mb"]):
-        want = (est["rank0"] if rank == 0 else est["other_ranks"]) / 2**20
-        print(
-            json.dumps(
-                {
-                    "check": "memory_formula",
-                    "shape": "tiny" if args.tiny else args.shape,
-                    "layers": shape.layers,
-                    "rank": rank,
-                    "world_size": world,
-                    "seq_len": seq,
-                    "measured_mb": measured,
-                    "estimate_mb": want,
-                    "ratio": measured / want,
-                    "terms_mb": {k: v / 2**20 for k, v in est.items()},
-                    "what": "peak_cuda_mb" if cuda else "peak_rss_mb (CPU: not comparable)",
-                }
-            ),
-            flush=True,
-        )
+    rows, est = formula_rows(args, shape, world, run, cuda)
+    for row in rows:
+        print(json.dumps(row), flush=True)
     if args.json:
         Path(args.json).write_text(json.dumps({"report": rep, "estimate": est}, indent=1) + "\n")
     return 0
