@@ -443,6 +443,18 @@ def write_outputs(rep: dict[str, Any], out: Path, command: list[str]) -> None:
         )
 
 
+#: the arms a v1-style protocol runs when --arms is not given
+DEFAULT_ARMS = "trace,treepo,trace_roots,grpo"
+
+
+def default_arms(proto: dict[str, Any]) -> list[str]:
+    """`DEFAULT_ARMS` where the protocol has them all, else every arm of the protocol (an
+    asynchronous protocol's arms are named otherwise)."""
+    names = DEFAULT_ARMS.split(",")
+    have = list(proto.get("arms", {}))
+    return names if all(a in have for a in names) else have
+
+
 def _parser() -> argparse.ArgumentParser:
     p = Parser(prog="trace-gym bench learn", description=__doc__)
     p.add_argument(
@@ -454,8 +466,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--preset", default="math")
     p.add_argument(
         "--arms",
-        default="trace,treepo,trace_roots,grpo",
-        help="comma-separated arm names of the protocol",
+        default=None,
+        help=f"comma-separated arm names of the protocol (default: {DEFAULT_ARMS} where the "
+        "protocol has them all, else every arm of the protocol)",
     )
     p.add_argument(
         "--seeds",
@@ -518,8 +531,8 @@ def main(argv: list[str] | None = None) -> int:
 
         if args.preset not in PRESETS:
             raise ConfigError(f"--preset must be one of {', '.join(PRESETS)}, got {args.preset!r}")
-        arms = [a for a in args.arms.split(",") if a]
         path, proto = _protocol_for(args)
+        arms = default_arms(proto) if args.arms is None else [a for a in args.arms.split(",") if a]
         info: dict[str, Any] = {
             "file": str(path),
             "sha256": check_protocol(path) if len(arms) > 1 else None,

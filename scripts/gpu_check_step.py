@@ -21,8 +21,28 @@ import sys
 import tempfile
 import time
 
+#: Qwen3's published shapes (vocab 151936); `qwen3_model(..., layers=n)` cuts the layer count
+QWEN3_SHAPES = {
+    "0.6b": dict(
+        hidden_size=1024,
+        intermediate_size=3072,
+        num_hidden_layers=28,
+        num_attention_heads=16,
+        num_key_value_heads=8,
+        tie_word_embeddings=True,
+    ),
+    "8b": dict(
+        hidden_size=4096,
+        intermediate_size=12288,
+        num_hidden_layers=36,
+        num_attention_heads=32,
+        num_key_value_heads=8,
+        tie_word_embeddings=False,
+    ),
+}
 
-def qwen3_model(tiny: bool, vocab: int, tokenizer, dtype):
+
+def qwen3_model(tiny: bool, vocab: int, tokenizer, dtype, shape: str = "0.6b", layers=None):
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
     if tiny:
@@ -36,20 +56,19 @@ def qwen3_model(tiny: bool, vocab: int, tokenizer, dtype):
             head_dim=32,
             max_position_embeddings=4096,
         )
-    else:  # Qwen3-0.6B's published shape (vocab 151936)
+        cfg.tie_word_embeddings = True
+    else:
+        dims = {**QWEN3_SHAPES[shape]}
+        if layers:
+            dims["num_hidden_layers"] = layers
         cfg = Qwen3Config(
             vocab_size=151936,
-            hidden_size=1024,
-            intermediate_size=3072,
-            num_hidden_layers=28,
-            num_attention_heads=16,
-            num_key_value_heads=8,
             head_dim=128,
             max_position_embeddings=40960,
             rope_theta=1000000.0,
             rms_norm_eps=1e-6,
+            **dims,
         )
-    cfg.tie_word_embeddings = True
     cfg.eos_token_id, cfg.pad_token_id, cfg.bos_token_id = (
         tokenizer.eos_token_id,
         tokenizer.pad_token_id,
@@ -72,6 +91,30 @@ def build_policy(args):
         temperature=1.0, max_new_tokens=args.new_tokens, max_batch=args.gen_batch
     )
     return HFPolicy(model, tokenizer, sampling)
+
+
+def check_parser(doc: str) -> argparse.ArgumentParser:
+    """The GPU checks' shared options: --device, --tiny."""
+    p = argparse.ArgumentParser(
+        description=doc, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument("--device", default="cuda")
+    p.add_argument(
+        "--tiny", action="store_true", help="a tiny model instead of the 0.6B shape (smoke runs)"
+    )
+    return p
+
+
+def no_cuda(device: str) -> bool:
+    """True (and says so, as JSON) when `device` is CUDA and there is none: exit 3."""
+    import torch
+
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        print(
+            json.dumps({"skipped": "no CUDA device; run with --tiny --device cpu for a smoke run"})
+        )
+        return True
+    return False
 
 
 def run_one(args, lora: bool, predictor: str) -> dict:
@@ -149,13 +192,7 @@ def train_config(args, lora: bool, predictor: str):
 def main(argv: list[str] | None = None) -> int:
     from trace_gym.runner import add_runner_args
 
-    p = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    p.add_argument("--device", default="cuda")
-    p.add_argument(
-        "--tiny", action="store_true", help="a tiny model instead of the 0.6B shape (smoke runs)"
-    )
+    p = check_parser(__doc__)
     p.add_argument("--modes", default="lora,full")
     p.add_argument("--predictors", default="empirical,critic")
     add_runner_args(p, root_budget=16)
@@ -163,12 +200,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--gen-batch", type=int, default=32)
     p.add_argument("--micro-batch", type=int, default=4)
     args = p.parse_args(argv)
-    import torch
 
-    if args.device.startswith("cuda") and not torch.cuda.is_available():
-        print(
-            json.dumps({"skipped": "no CUDA device; run with --tiny --device cpu for a smoke run"})
-        )
+    if no_cuda(args.device):
         return 3
     for mode in args.modes.split(","):
         for predictor in args.predictors.split(","):

@@ -140,6 +140,10 @@ BENCHMARKS: dict[str, tuple[str, str]] = {
         "trace_gym.bench.learn_cli:main",
         "RL on the simulator at equal cost: held-out success vs cost per arm",
     ),
+    "async": (
+        "trace_gym.bench.async_bench:main",
+        "asynchronous rollouts (staleness 0, 1, 2): steps per hour vs synchronous",
+    ),
     "train": (
         "trace_gym.bench.train:main",
         "FSDP2 sharded training vs one process: diffs, step time, memory per rank",

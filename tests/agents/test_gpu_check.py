@@ -51,19 +51,61 @@ def test_gpu_check_tiny_cpu_runs_one_full_training_step():
     assert row["policy_version"] == 2  # synced at start and after the optimiser step
 
 
-def test_gpu_check_without_cuda_says_so():
+def test_gpu_check_without_cuda_says_so(tmp_path):
     import torch
 
     if torch.cuda.is_available():
         pytest.skip("a CUDA device is present")
+    out = tmp_path / "gpu.json"
     r = subprocess.run(
-        [str(ROOT / "scripts" / "gpu_check.sh")],
+        [str(ROOT / "scripts" / "gpu_check.sh"), "--json", str(out)],
         capture_output=True,
         text=True,
         timeout=120,
         env=ENV,
     )
     assert r.returncode == 3 and "no CUDA device" in r.stdout
+    rep = json.loads(out.read_text())  # the one JSON says so too, and that nothing else ran
+    assert rep["rc"] == {"step": 3} and "no CUDA device" in rep["checks"]["step"][0]["skipped"]
+
+
+@pytest.mark.slow
+def test_gpu_check_async_tiny_cpu_compares_staleness_one_to_zero_in_one_json(tmp_path):
+    out = tmp_path / "sub" / "gpu.json"
+    args = ["--tiny", "--device", "cpu", "--roots", "4", "--new-tokens", "8"]
+    args += ["--modes", "lora", "--predictors", "empirical"]  # step's own: async ignores them
+    r = subprocess.run(
+        [str(ROOT / "scripts" / "gpu_check.sh"), *args, "--json", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**ENV, "GPU_CHECK": "step,async"},
+    )
+    assert r.returncode == 0, r.stderr[-2000:]
+    rep = json.loads(out.read_text())
+    assert rep["rc"] == {"step": 0, "async": 0} and "--json" not in rep["args"]
+    assert len(rep["checks"]["step"]) == 1 and rep["checks"]["step"][0]["mode"] == "lora"
+    sync, one, ratio = rep["checks"]["async"]
+    assert (sync["staleness"], one["staleness"]) == (0, 1) and sync["steps"] == one["steps"] == 4
+    assert sync["staleness_mean"] == 0.0 and one["staleness_mean"] > 0  # step 1 is one behind
+    assert sync["generated_tokens"] > 0 and one["wait_s_mean"] >= 0
+    assert ratio["steps_per_s_ratio"] == pytest.approx(one["steps_per_s"] / sync["steps_per_s"])
+
+
+def test_the_8b_memory_formula_rows_are_labelled_formula_only():
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from gpu_check_fsdp import formula_only_8b
+    from trace_gym.bench.train import SHAPES, memory_estimate
+
+    one, eight = formula_only_8b((1, 8), 2048, 16, 139.8)
+    assert one["formula_only"] and one["check"] == "memory_formula_8b_full"
+    want = memory_estimate(
+        SHAPES["qwen3-8b"], 8, micro_batch=1, seq_len=2048, gen_batch=16, gen_context=2048
+    )
+    assert eight["rank0_gib"] == pytest.approx(want["rank0"] / 2**30)
+    # 16 bytes of states per parameter: 8B does not fit one H200 at one rank, does at eight
+    assert one["fits_device"] is False and eight["fits_device"] is True
+    assert formula_only_8b((2,), 2048, 16, None)[0]["fits_device"] is None
 
 
 @pytest.mark.slow

@@ -8,7 +8,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from trace_gym.bench import learn as lb  # noqa: E402
-from trace_gym.bench.learn_cli import goals  # noqa: E402
+from trace_gym.bench.learn_cli import default_arms, goals  # noqa: E402
 from trace_gym.bench.sim_learner import LearnedSimPolicy, Staleness, pg_update  # noqa: E402
 
 from trace_gym.tree import RolloutTree, Turn  # noqa: E402
@@ -98,3 +98,10 @@ def test_the_async_goal_is_inside_the_sync_interval():
     assert g["met"] and g["value"] == 0.505
     arms["trace_async1"]["auc"] = 0.48
     assert not goals(arms, comps, proto)[0]["met"]
+
+
+def test_without_arms_the_async_protocol_runs_its_own_arms():
+    # v1's four arm names are not the async protocol's: the plain command must still run it
+    assert default_arms(lb.load_protocol(PROTOCOL)) == ["trace_sync", "trace_async1"]
+    v1 = lb.load_protocol(lb.DEFAULT_PROTOCOL)
+    assert default_arms(v1) == ["trace", "treepo", "trace_roots", "grpo"]

@@ -2,8 +2,9 @@
 
 - `CrashOnCall`: deterministic fault injection - the wrapped policy's process exits on
   its k-th ``generate`` call, on one chosen rollout worker only;
-- `LatencyPolicy`: a fixed simulated latency per ``generate`` call, so a benchmark
-  measures how many calls run concurrently rather than how fast these cores are.
+- `LatencyPolicy`: a simulated latency per ``generate`` call (fixed, or the engines'
+  heavy-tailed one), so a benchmark measures how many calls run concurrently (or what
+  overlaps them) rather than how fast these cores are.
 
 Both delegate ``set_step`` to the wrapped policy and keep its outputs unchanged, so the
 trees they produce equal the wrapped policy's. They live in the package (not in the
@@ -72,14 +73,34 @@ class CrashOnCall(_Wrapper):
 
 
 class LatencyPolicy(_Wrapper):
-    """Sleeps `latency_s` per ``generate`` call, then answers with the wrapped policy."""
+    """Sleeps a simulated latency per ``generate`` call, then answers with the wrapped policy.
 
-    def __init__(self, policy: Any, latency_s: float = 0.05):
+    With ``sigma = 0`` every call waits `latency_s`. With ``sigma > 0`` each conversation's
+    turn takes the engines' heavy-tailed `Latency` (log-normal, mean `latency_s`, drawn from
+    the conversation's seed) and the call - one batched round - waits for its slowest
+    conversation. Other attributes (``version``, ``snapshot`` ...) are the wrapped policy's.
+    """
+
+    def __init__(self, policy: Any, latency_s: float = 0.05, sigma: float = 0.0):
         super().__init__(policy)
-        if latency_s < 0:
-            raise ConfigError(f"latency_s must be >= 0, got {latency_s}")
-        self.latency_s = float(latency_s)
+        if latency_s < 0 or sigma < 0:
+            raise ConfigError(f"latency_s and sigma must be >= 0, got {latency_s}, {sigma}")
+        self.latency_s, self.sigma = float(latency_s), float(sigma)
+
+    def wait_s(self, conversations: Sequence[Conversation]) -> float:
+        """What one call on `conversations` waits."""
+        if not self.sigma:
+            return self.latency_s
+        from trace_gym.distributed.engine import Latency
+
+        lat = Latency(self.latency_s, self.sigma)
+        return max((lat.of(c) for c in conversations), default=0.0)
 
     def generate(self, conversations: Sequence[Conversation]) -> list[PolicyOutput]:
-        time.sleep(self.latency_s)
+        time.sleep(self.wait_s(conversations))
         return self.policy.generate(conversations)
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "policy":  # not set yet (unpickling): no recursion
+            raise AttributeError(name)
+        return getattr(self.policy, name)
