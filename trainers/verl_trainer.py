@@ -30,6 +30,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from trace_gym.trainers.config import FLAT_RUNNER_KEYS, runner_table, takes_flat_runner_keys
@@ -55,6 +56,9 @@ __all__ = [
     "write_task_parquet",
 ]
 
+
+#: the agent-loop registry entry verl's workers load (``agent_loop_config_path``)
+AGENT_LOOP_YAML = Path(__file__).resolve().parent.parent / "configs" / "verl_agent_loop.yaml"
 
 #: the runner settings the ``trace_gym`` node takes as keys of its own (the rest: ``runner``)
 VERL_FLAT_KEYS = (*FLAT_RUNNER_KEYS, "seed")
@@ -89,12 +93,18 @@ class VerlTraceConfig:
     @classmethod
     def from_verl(cls, config: Any) -> VerlTraceConfig:
         """The ``trace_gym`` node of a verl config (absent: every default)."""
+        from dataclasses import fields
+
         from omegaconf import OmegaConf
 
         node = config.get("trace_gym")
         values = {} if node is None else OmegaConf.to_container(node, resolve=True)
         if not isinstance(values, dict):
             raise ConfigError(f"trace_gym must be a mapping, got {type(values).__name__}")
+        known = {f.name for f in fields(cls)} | set(VERL_FLAT_KEYS)
+        unknown_keys = sorted(set(values) - known)
+        if unknown_keys:
+            raise ConfigError(f"trace_gym: unknown keys {unknown_keys}; known: {sorted(known)}")
         return cls(**values)
 
     def max_rows(self) -> int:
@@ -288,24 +298,56 @@ def _task_runner() -> Any:
     return TraceTaskRunner
 
 
-def main(argv: Sequence[str] | None = None) -> None:
-    """``python -m trace_gym.trainers.verl_trainer [hydra overrides]``: verl's main_ppo, TRACE's rollouts."""
+def compose_config(overrides: Sequence[str]) -> Any:
+    """verl's ``ppo_trainer`` config with `overrides` (hydra syntax), for the legacy trainer."""
     import os
-    import sys
 
     import verl
     from hydra import compose, initialize_config_dir
-    from verl.trainer.main_ppo import run_ppo
 
-    args = list(sys.argv[1:] if argv is None else argv)
     cdir = os.path.join(os.path.dirname(verl.__file__), "trainer", "config")
+    defaults = [
+        "trainer.use_v1=false",
+        "algorithm.adv_estimator=grpo",  # groups by uid: a prompt's roots and replays together
+        f"actor_rollout_ref.rollout.agent.default_agent_loop={AGENT_NAME}",
+    ]
+    if AGENT_LOOP_YAML.is_file():  # registers the loop in verl's agent-loop worker processes
+        defaults.append(f"actor_rollout_ref.rollout.agent.agent_loop_config_path={AGENT_LOOP_YAML}")
     with initialize_config_dir(config_dir=cdir, version_base=None):
-        config = compose("ppo_trainer", overrides=["trainer.use_v1=false", *args])
+        config = compose("ppo_trainer", overrides=[*defaults, *overrides])
     if config.trainer.use_v1:
         raise ConfigError("TraceRayPPOTrainer is verl's legacy trainer: leave trainer.use_v1=false")
-    VerlTraceConfig.from_verl(config)  # a bad trace_gym node fails here, before Ray starts
+    check_config(config, VerlTraceConfig.from_verl(config))  # before Ray starts anything
+    return config
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m trace_gym.trainers.verl_trainer [hydra overrides]``: verl's main_ppo
+    (its device and config checks, then ``run_ppo``) with `TraceRayPPOTrainer`."""
+    import sys
+
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+    from verl.trainer.main_ppo import run_ppo
+    from verl.trainer.ppo.utils import need_critic, need_reference_policy
+    from verl.utils.config import validate_config
+    from verl.utils.device import auto_set_device
+
+    args = list(sys.argv[1:] if argv is None else argv)
+    try:
+        config = compose_config(args)
+        auto_set_device(config)  # what verl's own main does before run_ppo
+        validate_config(
+            config=config,
+            use_reference_policy=need_reference_policy(config),
+            use_critic=need_critic(config),
+        )
+    except (ConfigError, HydraException, OmegaConfBaseException, TypeError, ValueError) as e:
+        print(f"trace-gym verl: {' '.join(str(e).split())}", file=sys.stderr)
+        return 2
     run_ppo(config, task_runner_class=_task_runner())
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

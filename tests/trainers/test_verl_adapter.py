@@ -589,3 +589,84 @@ def test_verl_fit_runs_trace_rollouts_then_verl_grpo_update_and_checkpoint(
 
 def torch_equal(a, b):
     return bool((a == b).all())
+
+
+def test_validation_batches_take_verl_plain_agent_loop(worker):
+    """fit's _validate batches (meta_info validate) skip TRACE: one plain rollout per row."""
+    from trace_gym.trainers.verl_trainer import TraceRolloutManager, VerlTraceConfig, task_rows
+
+    manager = TraceRolloutManager(worker, VerlTraceConfig(env_id=ENV, root_budget=2))
+    tasks = gym.make(ENV).unwrapped.task_ids[:3]
+    rows = task_rows(ENV, tasks)
+    batch = DataProto.from_dict(
+        non_tensors={
+            "extra_info": va._objects([r["extra_info"] for r in rows]),
+            "raw_prompt": va._objects([r["prompt"] for r in rows]),
+            "uid": va._objects(["a", "b", "c"]),
+        },
+        meta_info={"validate": True, "global_steps": 0},
+    )
+    out = asyncio.run(manager.generate_sequences(batch))
+    results = out.non_tensor_batch["trace_gym_result"]
+    assert [r["task"] for r in results] == list(tasks) and manager.last_step is None
+    assert all(r["prefix_turns"] == 0 and r["error"] is None for r in results)
+    assert list(out.non_tensor_batch["uid"]) == ["a", "b", "c"]  # verl's own uids kept
+
+
+def test_launcher_config_and_one_line_errors(capsys):
+    from trace_gym.trainers.verl_trainer import AGENT_LOOP_YAML, compose_config, main
+
+    cfg = compose_config(["+trace_gym.root_budget=4", "+trace_gym.replays_per_root=1"])
+    agent = cfg.actor_rollout_ref.rollout.agent
+    assert cfg.trainer.use_v1 is False and agent.default_agent_loop == va.AGENT_NAME
+    assert agent.agent_loop_config_path == str(AGENT_LOOP_YAML) and AGENT_LOOP_YAML.is_file()
+    for bad, said in [
+        ("+trace_gym.nope=1", "unknown keys ['nope']"),
+        ("data.train_batch_size=4", "train_batch_size=4"),
+        ("actor_rollout_ref.rollout.n=2", "rollout.n must be 1"),
+        ("trainer.use_v1=true", "legacy trainer"),
+    ]:
+        assert main([bad]) == 2
+        err = capsys.readouterr().err.strip()
+        assert said in err and "\n" not in err
+
+
+@pytest.mark.slow
+def test_one_command_launch_reaches_verl_gpu_workers(model_dir, tmp_path):
+    """`python -m trace_gym.trainers.verl_trainer ...` on CPU: Ray, the TraceTaskRunner
+    actor, verl's TaskRunner.run (RLHFDataset on our parquet, TraceRayPPOTrainer built),
+    then init_workers, where verl asks Ray for GPUs - the boundary of what a CPU runs."""
+    import subprocess
+    import sys
+
+    import torch
+    from trace_gym.trainers.verl_trainer import write_task_parquet
+
+    if torch.cuda.is_available():
+        pytest.skip("with a GPU the launch goes on into verl's FSDP and vLLM workers")
+    data = str(tmp_path / "train.parquet")
+    write_task_parquet(ENV, data)
+    cmd = [
+        sys.executable,
+        "-m",
+        "trace_gym.trainers.verl_trainer",
+        f"data.train_files={data}",
+        f"data.val_files={data}",
+        "data.train_batch_size=64",
+        f"actor_rollout_ref.model.path={model_dir}",
+        "actor_rollout_ref.rollout.name=vllm",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=16",
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2",
+        "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=2",
+        "trainer.n_gpus_per_node=1",
+        "trainer.logger=[console]",
+        "ray_kwargs.ray_init.num_cpus=2",
+        f"+trace_gym.env_id={ENV}",
+        "+trace_gym.root_budget=16",
+        "+trace_gym.replays_per_root=1",
+    ]
+    run = subprocess.run(cmd, capture_output=True, text=True, timeout=400, cwd=tmp_path)
+    out = run.stdout + run.stderr
+    assert run.returncode != 0 and "TraceTaskRunner" in out, out[-3000:]
+    assert "Size of train dataloader: 8" in out  # 512 tasks / 64 per step
+    assert "Total available GPUs 0 is less than total desired GPUs 1" in out, out[-3000:]
