@@ -392,16 +392,21 @@ class VerlTraceRunner(BranchingRunner):
         self.train_prefix, self.agent_name = bool(train_prefix), agent_name
         #: verl's output of the last step: root rollouts then replays (``DataProto.concat``)
         self.last_batch: Any = None
+        #: the ``meta_info["timing"]`` of each of the last step's verl calls ("roots",
+        #: "replays"), taken out of the outputs: ``AgentLoopManager`` sets one per call, and
+        #: ``DataProto.concat`` refuses two different values under one key
+        self.last_timing: dict[str, dict[str, Any]] = {}
 
     def _run_works(self, ctx: StepContext, works: list[PromptWork]) -> int:
         roots = [ep for w in works for ep in w.roots]
-        outs = [self._rollout(ctx, roots)]
+        self.last_timing = {}
+        outs = [self._rollout(ctx, roots, "roots")]
         for w in works:
             _insert(ctx, w, w.roots)
             w.replays = plan.expand(ctx, w)
         replays = [ep for w in works for ep in w.replays]
         if replays:
-            outs.append(self._rollout(ctx, replays))
+            outs.append(self._rollout(ctx, replays, "replays"))
         for w in works:
             _insert(ctx, w, w.replays)
             for (
@@ -413,11 +418,12 @@ class VerlTraceRunner(BranchingRunner):
         self.last_batch = outs[0] if len(outs) == 1 else DataProto.concat(outs)
         return 0
 
-    def _rollout(self, ctx: StepContext, episodes: list[Episode]) -> Any:
+    def _rollout(self, ctx: StepContext, episodes: list[Episode], stage: str) -> Any:
         """One verl batch for `episodes`; each episode gets its result (turns, checkpoints)."""
         batch = self._batch(ctx, episodes)
         with ctx.stopwatch("policy"):
             out = _resolve(self.policy.generate_sequences(batch))
+        self.last_timing[stage] = dict(out.meta_info.pop("timing", None) or {})
         ctx.report.policy_calls += 1
         ctx.report.largest_batch = max(ctx.report.largest_batch, len(episodes))
         results = out.non_tensor_batch["trace_gym_result"]

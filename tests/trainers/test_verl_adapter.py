@@ -418,3 +418,255 @@ def test_generate_ids_is_the_policy_sampler(server):
         [],
         "overflow",
     )
+
+
+# ---------------------------------------------------------------- verl's trainer loop
+class _WeightSync:
+    """Stands in for verl's CheckpointEngineManager (weight sync into vLLM replicas: GPU)."""
+
+    def __init__(self):
+        self.calls = []
+
+    def update_weights(self, step):
+        self.calls.append(("update_weights", step))
+
+    def sleep_replicas(self):
+        self.calls.append(("sleep_replicas",))
+
+
+class _ActorGroup:
+    """Stands in for verl's actor worker group (FSDP engine workers: a CUDA device mesh).
+
+    It takes exactly what verl's ``_update_actor`` / ``_save_checkpoint`` send and
+    answers in the shape they read back; it trains nothing (docs/verl.md)."""
+
+    def __init__(self):
+        self.updates, self.saves = [], []
+
+    def update_actor(self, batch_td):
+        from verl.utils import tensordict_utils as tu
+
+        self.updates.append(batch_td)
+        return tu.get_tensordict({}, non_tensor_dict={"metrics": {"mfu": 0.0, "pg_loss": 0.0}})
+
+    def save_checkpoint(self, local_path, hdfs_path=None, global_step=0, max_ckpt_to_keep=None):
+        os.makedirs(local_path, exist_ok=True)
+        self.saves.append((local_path, global_step))
+
+
+class _Pools:
+    def get_n_gpus(self):
+        return 1
+
+
+def _trainer_config(verl_config, tmp_path, data, **trace):
+    from omegaconf import OmegaConf
+
+    cfg = OmegaConf.merge(
+        verl_config,
+        {
+            "data": {
+                "train_files": [data],
+                "val_files": [data],
+                "train_batch_size": 8,
+                "dataloader_num_workers": 0,
+                "shuffle": False,
+            },
+            "trainer": {
+                "use_v1": False,
+                "total_epochs": 1,
+                "val_before_train": False,
+                "test_freq": -1,
+                "save_freq": 1,
+                "default_local_dir": str(tmp_path / "ckpt"),
+                "logger": ["console"],
+                "resume_mode": "disable",
+                "balance_batch": False,
+            },
+            "algorithm": {"adv_estimator": "grpo", "rollout_correction": {"bypass_mode": True}},
+        },
+    )
+    OmegaConf.set_struct(cfg, False)
+    cfg.trace_gym = {"env_id": ENV, "root_budget": 4, "replays_per_root": 1.0, "m_max": 4, **trace}
+    return cfg
+
+
+def test_trace_config_limits_that_fit_imposes(verl_config):
+    from omegaconf import OmegaConf
+    from trace_gym.trainers.verl_trainer import VerlTraceConfig, check_config
+
+    trace = VerlTraceConfig(env_id=ENV, root_budget=4, replays_per_root=1.0)
+    assert trace.max_rows() == 8
+    ok = OmegaConf.merge(verl_config, {"data": {"train_batch_size": 8}})
+    check_config(ok, trace)
+    with pytest.raises(ConfigError, match="train_batch_size=7"):
+        check_config(OmegaConf.merge(ok, {"data": {"train_batch_size": 7}}), trace)
+    with pytest.raises(ConfigError, match="rollout.n must be 1"):
+        check_config(OmegaConf.merge(ok, {"actor_rollout_ref": {"rollout": {"n": 2}}}), trace)
+    with pytest.raises(ConfigError, match="extra_info"):
+        from trace_gym.trainers.verl_trainer import batch_tasks
+
+        batch_tasks(DataProto.from_dict(non_tensors={"x": va._objects([1])}))
+
+
+@pytest.mark.slow
+def test_verl_fit_runs_trace_rollouts_then_verl_grpo_update_and_checkpoint(
+    verl_config, worker, tmp_path
+):
+    """verl's own RayPPOTrainer.fit, two steps, TRACE's rollout stage; workers stood in."""
+    from trace_gym.trainers.verl_trainer import TraceRayPPOTrainer, write_task_parquet
+    from verl.trainer.ppo.utils import Role
+    from verl.utils.dataset.rl_dataset import collate_fn
+
+    ids = gym.make(ENV).unwrapped.task_ids
+    # 0, 10, 17 and 23 gave the tiny model mixed outcomes (most sim tasks give it all-0 or
+    # all-1 groups, whose GRPO advantages are 0); each step's 8 candidates start with two
+    tasks = [ids[i] for i in (0, 10, 1, 2, 3, 4, 5, 6, 17, 23, 7, 8, 9, 11, 12, 13)]
+    data = str(tmp_path / "train.parquet")
+    assert write_task_parquet(ENV, data, tasks) == 16
+    cfg = _trainer_config(verl_config, tmp_path, data, seed=3)
+    trainer = TraceRayPPOTrainer(
+        cfg,
+        tokenizer=worker.tokenizer,
+        role_worker_mapping={Role.ActorRollout: object},
+        resource_pool_manager=_Pools(),
+        collate_fn=collate_fn,
+    )
+    # what init_workers builds needs GPUs; the agent loop runs in the worker fixture instead
+    trainer.actor_rollout_wg, trainer.checkpoint_manager = _ActorGroup(), _WeightSync()
+    rollout = trainer.use_trace_rollout(worker)
+    seen, steps = [], []
+    update = trainer._update_actor
+
+    def spy(batch):  # the batch verl's fit hands to its actor update, after compute_advantage
+        seen.append(batch)
+        steps.append(rollout.last_step)
+        return update(batch)
+
+    trainer._update_actor = spy
+    trainer.fit()
+
+    assert len(seen) == 2 == len(trainer.actor_rollout_wg.updates)  # 16 prompts / 8 per step
+    for step, (batch, (trees, report)) in enumerate(zip(seen, steps, strict=True), start=1):
+        b, nt = batch.batch, batch.non_tensor_batch
+        results = nt["trace_gym_result"]
+        roots = sum(len(t.root.children) for t in trees)
+        assert report.roots == roots == 4 and len(batch) == roots + report.replays > roots
+        assert sum(r["prefix_turns"] > 0 for r in results) == report.replays
+        # fit's own rows were lined up with TRACE's: each row's dataset fields are its task's
+        assert [e["task"] for e in nt["extra_info"]] == [r["task"] for r in results]
+        assert set(nt["uid"]) == {f"{step}:{t.prompt_id}" for t in trees}
+        # verl's GRPO over TRACE's uid groups (a prompt's roots and replays together)
+        assert torch_equal(b["token_level_rewards"], b["rm_scores"])
+        want, _ = compute_grpo_outcome_advantage(b["rm_scores"], b["response_mask"], nt["uid"])
+        assert torch_equal(b["advantages"], want)
+        assert (b["advantages"][b["response_mask"] == 0] == 0).all()
+        assert torch_equal(b["old_log_probs"], b["rollout_log_probs"])  # bypass mode
+        assert len(trainer.actor_rollout_wg.updates[step - 1]) == len(batch)
+        # every step has groups of mixed outcome (seed 3), so the advantages checked are not 0:
+        # each trained token of a row takes the sign of its reward against its group's mean,
+        # a replay's own turns included, its copied prefix (mask 0) at 0
+        scores = b["rm_scores"].sum(-1)
+        mixed = 0
+        for u in set(nt["uid"]):
+            rows = [i for i, v in enumerate(nt["uid"]) if v == u]
+            mean = float(scores[rows].mean())
+            for i in rows:
+                adv = b["advantages"][i][b["response_mask"][i] == 1]
+                if float(scores[rows].std()) > 0:
+                    assert adv.numel() and bool(((adv > 0) == (float(scores[i]) > mean)).all())
+                    mixed += int(results[i]["prefix_turns"] > 0)
+        assert mixed, "no replay in a group of mixed outcome: the advantage checks were empty"
+    # verl's _save_checkpoint: the actor's folder per step, the dataloader state, the tracker
+    ckpt = tmp_path / "ckpt"
+    assert trainer.actor_rollout_wg.saves == [
+        (str(ckpt / f"global_step_{s}" / "actor"), s) for s in (1, 2)
+    ]
+    assert (ckpt / "global_step_2" / "data.pt").is_file()
+    assert (ckpt / "latest_checkpointed_iteration.txt").read_text() == "2"
+    assert ("update_weights", 2) in trainer.checkpoint_manager.calls
+
+
+def torch_equal(a, b):
+    return bool((a == b).all())
+
+
+def test_validation_batches_take_verl_plain_agent_loop(worker):
+    """fit's _validate batches (meta_info validate) skip TRACE: one plain rollout per row."""
+    from trace_gym.trainers.verl_trainer import TraceRolloutManager, VerlTraceConfig, task_rows
+
+    manager = TraceRolloutManager(worker, VerlTraceConfig(env_id=ENV, root_budget=2))
+    tasks = gym.make(ENV).unwrapped.task_ids[:3]
+    rows = task_rows(ENV, tasks)
+    batch = DataProto.from_dict(
+        non_tensors={
+            "extra_info": va._objects([r["extra_info"] for r in rows]),
+            "raw_prompt": va._objects([r["prompt"] for r in rows]),
+            "uid": va._objects(["a", "b", "c"]),
+        },
+        meta_info={"validate": True, "global_steps": 0},
+    )
+    out = asyncio.run(manager.generate_sequences(batch))
+    results = out.non_tensor_batch["trace_gym_result"]
+    assert [r["task"] for r in results] == list(tasks) and manager.last_step is None
+    assert all(r["prefix_turns"] == 0 and r["error"] is None for r in results)
+    assert list(out.non_tensor_batch["uid"]) == ["a", "b", "c"]  # verl's own uids kept
+
+
+def test_launcher_config_and_one_line_errors(capsys):
+    from trace_gym.trainers.verl_trainer import AGENT_LOOP_YAML, compose_config, main
+
+    cfg = compose_config(["+trace_gym.root_budget=4", "+trace_gym.replays_per_root=1"])
+    agent = cfg.actor_rollout_ref.rollout.agent
+    assert cfg.trainer.use_v1 is False and agent.default_agent_loop == va.AGENT_NAME
+    assert agent.agent_loop_config_path == str(AGENT_LOOP_YAML) and AGENT_LOOP_YAML.is_file()
+    for bad, said in [
+        ("+trace_gym.nope=1", "unknown keys ['nope']"),
+        ("data.train_batch_size=4", "train_batch_size=4"),
+        ("actor_rollout_ref.rollout.n=2", "rollout.n must be 1"),
+        ("trainer.use_v1=true", "legacy trainer"),
+    ]:
+        assert main([bad]) == 2
+        err = capsys.readouterr().err.strip()
+        assert said in err and "\n" not in err
+
+
+@pytest.mark.slow
+def test_one_command_launch_reaches_verl_gpu_workers(model_dir, tmp_path):
+    """`python -m trace_gym.trainers.verl_trainer ...` on CPU: Ray, the TraceTaskRunner
+    actor, verl's TaskRunner.run (RLHFDataset on our parquet, TraceRayPPOTrainer built),
+    then init_workers, where verl asks Ray for GPUs - the boundary of what a CPU runs."""
+    import subprocess
+    import sys
+
+    import torch
+    from trace_gym.trainers.verl_trainer import write_task_parquet
+
+    if torch.cuda.is_available():
+        pytest.skip("with a GPU the launch goes on into verl's FSDP and vLLM workers")
+    data = str(tmp_path / "train.parquet")
+    write_task_parquet(ENV, data)
+    cmd = [
+        sys.executable,
+        "-m",
+        "trace_gym.trainers.verl_trainer",
+        f"data.train_files={data}",
+        f"data.val_files={data}",
+        "data.train_batch_size=64",
+        f"actor_rollout_ref.model.path={model_dir}",
+        "actor_rollout_ref.rollout.name=vllm",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=16",
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2",
+        "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=2",
+        "trainer.n_gpus_per_node=1",
+        "trainer.logger=[console]",
+        "ray_kwargs.ray_init.num_cpus=2",
+        f"+trace_gym.env_id={ENV}",
+        "+trace_gym.root_budget=16",
+        "+trace_gym.replays_per_root=1",
+    ]
+    run = subprocess.run(cmd, capture_output=True, text=True, timeout=400, cwd=tmp_path)
+    out = run.stdout + run.stderr
+    assert run.returncode != 0 and "TraceTaskRunner" in out, out[-3000:]
+    assert "Size of train dataloader: 8" in out  # 512 tasks / 64 per step
+    assert "Total available GPUs 0 is less than total desired GPUs 1" in out, out[-3000:]
