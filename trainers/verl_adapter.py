@@ -55,7 +55,14 @@ try:
 except ImportError as e:  # pragma: no cover - exercised only without the verl extra
     raise DependencyNotInstalled("verl (the verl adapter)", EXTRAS["verl"]) from e
 
-__all__ = ["AGENT_NAME", "TraceEnvAgentLoop", "VerlTraceRunner", "close_pools", "trace_request"]
+__all__ = [
+    "AGENT_NAME",
+    "TraceEnvAgentLoop",
+    "VerlTraceRunner",
+    "close_pools",
+    "object_array",
+    "trace_request",
+]
 
 #: the agent loop's name in verl's registry (a sample's ``agent_name``)
 AGENT_NAME = "trace_env"
@@ -441,10 +448,10 @@ class VerlTraceRunner(BranchingRunner):
         raw = [[{"role": "user", "content": ep.prompt}] for ep in episodes]
         return DataProto.from_dict(
             non_tensors={
-                "trace_gym": _objects(rows),
-                "uid": _objects(uid),
-                "raw_prompt": _objects(raw),
-                "agent_name": _objects([self.agent_name] * len(episodes)),
+                "trace_gym": object_array(rows),
+                "uid": object_array(uid),
+                "raw_prompt": object_array(raw),
+                "agent_name": object_array([self.agent_name] * len(episodes)),
                 "index": np.array([ep.work.order for ep in episodes]),
             },
             meta_info={"global_steps": ctx.step},
@@ -477,7 +484,8 @@ class VerlTraceRunner(BranchingRunner):
         )
 
 
-def _objects(values: list) -> np.ndarray:
+def object_array(values: list) -> np.ndarray:
+    """`values` as a 1-D object array (what a DataProto's non-tensor fields hold)."""
     arr = np.empty(len(values), dtype=object)
     arr[:] = values
     return arr

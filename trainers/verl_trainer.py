@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from trace_gym.trainers.config import FLAT_RUNNER_KEYS, runner_table, takes_flat_runner_keys
-from trace_gym.trainers.verl_adapter import AGENT_NAME, VerlTraceRunner, _objects, trace_request
+from trace_gym.trainers.verl_adapter import AGENT_NAME, VerlTraceRunner, object_array, trace_request
 
 from trace_gym.errors import ConfigError, DependencyNotInstalled
 from trace_gym.optional import EXTRAS
@@ -186,8 +186,8 @@ class TraceRolloutManager:
             )
             for i, t in enumerate(tasks)
         ]
-        gen_batch.non_tensor_batch["trace_gym"] = _objects(reqs)
-        gen_batch.non_tensor_batch["agent_name"] = _objects([AGENT_NAME] * len(tasks))
+        gen_batch.non_tensor_batch["trace_gym"] = object_array(reqs)
+        gen_batch.non_tensor_batch["agent_name"] = object_array([AGENT_NAME] * len(tasks))
         return gen_batch
 
 
