@@ -128,6 +128,8 @@ class MeteredPolicy:
         self.__dict__.update(policy=policy, latency_s=latency_s, calls=0, conversations=0)
 
     def __getattr__(self, name: str) -> Any:
+        if "policy" not in self.__dict__:  # unpickling (a Ray worker's copy): not set yet
+            raise AttributeError(name)
         return getattr(self.__dict__["policy"], name)
 
     def generate(self, conversations: Any) -> Any:

@@ -271,24 +271,24 @@ class ShardedTrainer(Trainer):
                 "dist: policy.kind = 'vllm' is not supported with FSDP over several ranks "
                 "(every rank would start an engine); use kind 'hf'"
             )
-        if config.rollout.ray_address and self.dist.world_size > 1:
-            raise ConfigError(
-                "dist: Ray rollouts (rollout.ray_address) are not supported with FSDP over "
-                "several ranks (every rank would start its own Ray workers); the ranks grow "
-                "the trees themselves (dist.rollouts = 'all')"
-            )
         if config.rollout.max_staleness and self.dist.world_size > 1:
             raise ConfigError(
                 "dist: asynchronous rollouts (rollout.max_staleness > 0) are not supported "
                 "with FSDP over several ranks; set rollout.max_staleness = 0"
             )
+        #: every rank grows its share of the trees (else rank 0 grows them all, or has its
+        #: Ray workers grow them: with rollout.ray_address the ranks never generate)
+        self.all_generate = (
+            config.dist.rollouts == "all"
+            and self.dist.world_size > 1
+            and not config.rollout.ray_address
+        )
         if not self.dist.is_main:
             config = copy.deepcopy(config)
             config.progress = False
             config.tensorboard = False
             config.save_trees = False  # rank 0 writes the step's (whole) trees
-        #: every rank grows its share of the trees (else rank 0 grows them all)
-        self.all_generate = config.dist.rollouts == "all" and self.dist.world_size > 1
+            config.rollout.ray_address = None  # rank 0 alone drives the Ray workers
         super().__init__(config, **parts)
         if self.all_generate:
             from trace_gym.trainers.rank_rollouts import RankRunner

@@ -4,8 +4,9 @@ Fast: W `RankRunner`s in threads of this process, their all-gather a barrier - t
 union of their shards is the local runner's step (trees and report), over several
 steps (so the predictor updates on the gathered trees keep the ranks' plans equal), and
 ranks whose state differs fail loudly. Slow: the trainer under torchrun (2 gloo ranks,
-tiny Qwen3) against one process - the same trees written, weights within
-`trace_gym.bench.train.TOLERANCE`, and both ranks really generated.
+tiny Qwen3) against one process - the same trees written (generator logprobs to
+`LOGPROB_TOL`), the same samples, weights within `trace_gym.bench.train.TOLERANCE` -
+with every rank generating (both really did), and with rank 0 driving Ray rollouts.
 """
 
 from __future__ import annotations
@@ -152,8 +153,9 @@ def _split_logprobs(x, found):
     return x
 
 
-@pytest.mark.slow
-def test_two_ranks_grow_the_one_process_trees(tmp_path):
+def _assert_one_process_run(tmp_path, **rollout):
+    """2 gloo ranks (with `rollout` settings) against one process: trees, samples, weights;
+    returns both runs' per-rank results."""
     pytest.importorskip("transformers")
     from trace_gym.bench.train import DEFAULT_CONFIG, TOLERANCE, compare, run_launch
 
@@ -161,6 +163,7 @@ def test_two_ranks_grow_the_one_process_trees(tmp_path):
     cfg["save_trees"] = True
     cfg["algo"]["kl_coef"] = 0.05  # the reference model is sharded too
     ref = run_launch(cfg, tmp_path / "ref", None)
+    cfg["rollout"].update(rollout)
     two = run_launch(cfg, tmp_path / "two", 2)
     want, got = _trees(tmp_path / "ref" / "run"), _trees(tmp_path / "two" / "run")
     assert list(want) == ["step_000000.jsonl.gz", "step_000001.jsonl.gz"]
@@ -173,6 +176,22 @@ def test_two_ranks_grow_the_one_process_trees(tmp_path):
     assert d["same_samples"], d
     for key, tol in TOLERANCE.items():
         assert d[key] is not None and d[key] <= tol, (key, d[key])
+    return ref, two
+
+
+@pytest.mark.slow
+def test_two_ranks_grow_the_one_process_trees(tmp_path):
+    ref, two = _assert_one_process_run(tmp_path)
     # both ranks generated, and between them exactly the one process's conversations
     convs = [r["policy_conversations"] for r in two]
     assert min(convs) > 0 and sum(convs) == ref[0]["policy_conversations"], convs
+
+
+@pytest.mark.slow
+def test_two_ranks_with_ray_rollouts_train_the_one_process_run(tmp_path):
+    """Rank 0 drives a local Ray instance's rollout worker; the ranks never generate."""
+    pytest.importorskip("ray")
+    ref, two = _assert_one_process_run(tmp_path, ray_address="local", ray_workers=1)
+    # the trees grew on the Ray worker (its copy of the policy counted there, not here)
+    assert [r["policy_conversations"] for r in two] == [0, 0]
+    assert ref[0]["policy_conversations"] > 0
