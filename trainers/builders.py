@@ -158,11 +158,6 @@ def engine_options(ro: RolloutConfig, policy: Any) -> dict[str, Any]:
         "engine_batching": "batch",
         "engine_max_batch": ro.runner.max_batch,
     }
-    if hasattr(getattr(policy, "model", None), "peft_config"):
-        raise ConfigError(
-            "rollout.ray_engines does not support LoRA policies (the engines would get merged "
-            "weights in a LoRA copy); set policy.lora = false or rollout.ray_engines = 0"
-        )
     if (
         getattr(policy, "model", None) is not None
     ):  # an in-process HF policy (vLLM: not from the trainer)

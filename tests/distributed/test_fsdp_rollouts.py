@@ -195,3 +195,13 @@ def test_two_ranks_with_ray_rollouts_train_the_one_process_run(tmp_path):
     # the trees grew on the Ray worker (its copy of the policy counted there, not here)
     assert [r["policy_conversations"] for r in two] == [0, 0]
     assert ref[0]["policy_conversations"] > 0
+
+
+def test_dist_rollouts_is_checked_at_start_up():
+    from trace_gym.trainers.config import DistConfig
+
+    from trace_gym.errors import ConfigError
+
+    assert DistConfig().rollouts == "all" and DistConfig(rollouts="rank0").rollouts == "rank0"
+    with pytest.raises(ConfigError, match=r"dist\.rollouts"):
+        DistConfig(rollouts="rank1")
