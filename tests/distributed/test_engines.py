@@ -164,7 +164,9 @@ def test_hf_engines_take_a_lora_policys_merged_weights(ray_local, tiny_dir):
 
     torch.manual_seed(0)
     driver = HFPolicy.from_pretrained(tiny_dir, max_new_tokens=24)
-    driver.model = apply_lora(driver.model, PolicyConfig(kind="hf", path=tiny_dir, lora=True, lora_r=4))
+    driver.model = apply_lora(
+        driver.model, PolicyConfig(kind="hf", path=tiny_dir, lora=True, lora_r=4)
+    )
     pool = EnginePool(
         ray_local,
         driver,
