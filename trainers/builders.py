@@ -39,6 +39,16 @@ __all__ = [
 ]
 
 
+def tiny_config(cfg: PolicyConfig) -> Any:
+    """The `trace_gym.agents.tiny.TinyConfig` of ``policy.tiny`` (kind "tiny")."""
+    from trace_gym.agents.tiny import TinyConfig
+
+    tiny = dict(cfg.tiny)
+    if "envs" in tiny:
+        tiny["envs"] = tuple(tiny["envs"])
+    return TinyConfig(**tiny)
+
+
 def build_policy(cfg: PolicyConfig) -> Any:
     """An `HFPolicy` for kind "tiny" (the locally built tiny model) or "hf" (a model path)."""
     sampling = dict(
@@ -49,12 +59,9 @@ def build_policy(cfg: PolicyConfig) -> Any:
         max_batch=cfg.gen_batch,
     )
     if cfg.kind == "tiny":
-        from trace_gym.agents.tiny import TinyConfig, load_tiny_policy
+        from trace_gym.agents.tiny import load_tiny_policy
 
-        tiny = dict(cfg.tiny)
-        if "envs" in tiny:
-            tiny["envs"] = tuple(tiny["envs"])
-        return load_tiny_policy(TinyConfig(**tiny), **sampling)
+        return load_tiny_policy(tiny_config(cfg), **sampling)
     if cfg.kind == "hf":
         from trace_gym.agents.hf import HFPolicy
 

@@ -15,6 +15,9 @@ training on mismatched batches. Then:
 3. the finished trees and shard reports are all-gathered: every rank ends the step with
    the whole step's trees in candidate order and one merged report, then updates its
    predictor on all of them (the same update on every rank keeps the predictors equal).
+   An exception raised while a rank grows its shard (a bad allocator, say: failed
+   branches are data, not exceptions) is told to every rank in that gather and every
+   rank raises, so no rank is left waiting in a collective.
 
 Every branch seed is a function of (seed, step, prompt, node, child, turn) and node ids do
 not depend on batching, so which rank grew a prompt cannot change its tree: the union is
@@ -78,30 +81,47 @@ class RankRunner(BranchingRunner):
             step=step, candidates=candidates, replay_cost=self.config.replay_cost
         )
 
-    def _run_works(self, ctx: StepContext, works: list[PromptWork]) -> int:
-        report: DistributedStepReport = ctx.report  # type: ignore[assignment]
+    def _plan(self, ctx: StepContext, described: Any, history: Any) -> list[PromptWork]:
+        """The local plan, checked against every rank's (every rank plans every step, so
+        every rank joins this gather, even one whose plan has no tree)."""
+        works = super()._plan(ctx, described, history)
         mine = plan_fingerprint(works)
         plans = self.gather(mine)
-        if any(p != mine for p in plans):
-            bad = [r for r, p in enumerate(plans) if p != plans[0]]
+        bad = [r for r, p in enumerate(plans) if p != plans[0]]
+        if bad:
             raise TraceGymError(
                 f"step {ctx.step}: ranks {bad} planned other trees than rank 0 (their predictor, "
                 "histories or allocator state differ); every rank must be built from one config "
                 "and resume from one checkpoint"
             )
+        return works
+
+    def _run_works(self, ctx: StepContext, works: list[PromptWork]) -> int:
+        report: DistributedStepReport = ctx.report  # type: ignore[assignment]
         t0 = time.perf_counter()
         shard = shard_works(works, self.world_size, self.config.replay_cost)[self.rank]
-        own = grow_shard(
-            self.rank,
-            self.config,
-            ctx.step,
-            shard,
-            self.policy,
-            self.pool,
-            self.allocator,
-            self.predictor,
-        )
-        results: list[ShardResult] = self.gather(own)
+        error: Exception | None = None
+        try:
+            own: ShardResult | str = grow_shard(
+                self.rank,
+                self.config,
+                ctx.step,
+                shard,
+                self.policy,
+                self.pool,
+                self.allocator,
+                self.predictor,
+            )
+        except Exception as e:  # noqa: BLE001 - told to every rank, then raised
+            error, own = e, f"{type(e).__name__}: {e}"
+        results = self.gather(own)
+        failed = [(r, x) for r, x in enumerate(results) if isinstance(x, str)]
+        if failed:  # every rank raises, so none waits in a later collective
+            if error is not None:
+                raise error
+            raise TraceGymError(
+                f"step {ctx.step}: rank {failed[0][0]} failed growing its trees ({failed[0][1]})"
+            )
         report.workers = self.world_size
         by_order = {w.order: w for w in works}
         done: dict[int, int] = {}

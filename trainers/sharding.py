@@ -283,6 +283,8 @@ class ShardedTrainer(Trainer):
             and self.dist.world_size > 1
             and not config.rollout.ray_address
         )
+        if config.policy.kind == "tiny" and parts.get("policy") is None:
+            self._build_tiny_on_rank0(config)
         if not self.dist.is_main:
             config = copy.deepcopy(config)
             config.progress = False
@@ -300,6 +302,19 @@ class ShardedTrainer(Trainer):
                 gather=self._gather,
             )
         self._shard()
+
+    def _build_tiny_on_rank0(self, config: TrainConfig) -> None:
+        """Rank 0 builds (or finds) the cached tiny model before any rank loads it: under a
+        process group transformers saves on rank 0 only, so a model another rank built
+        would lack its weights."""
+        if self.dist.world_size == 1:
+            return
+        if self.dist.is_main:
+            from trace_gym.agents.tiny import tiny_model_dir
+            from trace_gym.trainers.builders import tiny_config
+
+            tiny_model_dir(tiny_config(config.policy))
+        torch.distributed.barrier()
 
     @property
     def generates(self) -> bool:

@@ -65,8 +65,9 @@ class ThreadGroup:
         return gather
 
 
-def _run_ranks(runners, steps, candidates):
-    """Run `steps` on every runner at once (one thread per rank); results[rank][step]."""
+def _run_ranks_errors(runners, steps, candidates):
+    """Run `steps` on every runner at once (one thread per rank): results[rank][step], and
+    what the threads raised."""
     results = [[] for _ in runners]
     errors = []
 
@@ -74,7 +75,7 @@ def _run_ranks(runners, steps, candidates):
         try:
             for s in range(steps):
                 results[rank].append(runners[rank].run_step(s, candidates[s]))
-        except BaseException as e:  # noqa: BLE001 - re-raised in the test's thread
+        except BaseException as e:  # noqa: BLE001 - returned to the test
             errors.append(e)
 
     threads = [threading.Thread(target=body, args=(r,)) for r in range(len(runners))]
@@ -82,6 +83,13 @@ def _run_ranks(runners, steps, candidates):
         t.start()
     for t in threads:
         t.join(timeout=120)
+    assert not any(t.is_alive() for t in threads), "a rank is stuck in a gather"
+    return results, errors
+
+
+def _run_ranks(runners, steps, candidates):
+    """`_run_ranks_errors`, raising the first error; results[rank][step]."""
+    results, errors = _run_ranks_errors(runners, steps, candidates)
     if errors:
         raise errors[0]
     return results
@@ -195,6 +203,26 @@ def test_two_ranks_with_ray_rollouts_train_the_one_process_run(tmp_path):
     # the trees grew on the Ray worker (its copy of the policy counted there, not here)
     assert [r["policy_conversations"] for r in two] == [0, 0]
     assert ref[0]["policy_conversations"] > 0
+
+
+def test_an_exception_on_one_rank_stops_every_rank(monkeypatch):
+    from trace_gym.trainers import rank_rollouts
+
+    real = rank_rollouts.grow_shard
+
+    def grow(index, *args):
+        if index == 1:
+            raise ValueError("bad allocator on rank 1")
+        return real(index, *args)
+
+    monkeypatch.setattr(rank_rollouts, "grow_shard", grow)
+    group = ThreadGroup(2)
+    ranks = [RankRunner(*_args(), rank=r, world_size=2, gather=group.gather(r)) for r in range(2)]
+    _, errors = _run_ranks_errors(ranks, 1, _candidates(1))
+    assert sorted(type(e).__name__ for e in errors) == ["TraceGymError", "ValueError"]
+    assert "rank 1 failed growing its trees (ValueError: bad allocator on rank 1)" in str(
+        next(e for e in errors if isinstance(e, TraceGymError))
+    )
 
 
 def test_dist_rollouts_is_checked_at_start_up():
