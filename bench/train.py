@@ -443,8 +443,10 @@ def memory_estimate(
     - activations of one micro-batch of `seq_len` tokens: checkpointed, one bf16 hidden state per
       layer plus one layer recomputed (16 h + 8 I bytes per token), else every layer's; plus the
       logits path (`LOGIT_BYTES` per vocabulary entry per token);
-    - rank 0 only: the generator copy (`generator_bytes` per parameter) and its KV cache for
-      `gen_batch` sequences of `gen_context` tokens (bf16).
+    - a generating rank only: the generator copy (`generator_bytes` per parameter) and its
+      KV cache for `gen_batch` sequences of `gen_context` tokens (bf16). "rank0" is such a
+      rank's peak, "other_ranks" a rank that does not generate: with ``dist.rollouts =
+      "all"`` (the default) every rank generates, so every rank's peak is "rank0".
     """
     tokens = micro_batch * seq_len
     layer_acts = 16.0 * shape.hidden + 8.0 * shape.intermediate
