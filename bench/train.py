@@ -18,6 +18,14 @@ RSS, which includes the interpreter and libraries). AdamW is invariant to the sc
 the gradient, so a gradient reduced with AVG instead of SUM would leave the weights almost
 unchanged: the gradient and gradient-norm diffs are the comparisons that catch it.
 
+Rollouts: with ``--rollouts all,rank0`` every world size W > 1 runs twice, once with
+every rank growing its share of the trees (``dist.rollouts = "all"``) and once with rank 0
+growing them all (``"rank0"``), and the report gives ``rollout_s`` (rank 0's mean rollout
+wall seconds per step, steps after the first) of each and their ratio. ``--latency S``
+makes every policy call of every run wait S seconds (`MeteredPolicy`: a generation engine
+that answers at most ``rollout.max_batch`` conversations per call), so the figure measures
+how the work is spread over the ranks, not this machine's cores.
+
 ``python -m trace_gym.bench.train --worker DIR [--plain]`` is the worker both
 launches run (it reads ``DIR/config.json`` and writes ``DIR/rank<r>.json`` and, on rank
 0, ``DIR/final.pt``).
@@ -44,6 +52,7 @@ __all__ = [
     "DEFAULT_CONFIG",
     "SHAPES",
     "TOLERANCE",
+    "MeteredPolicy",
     "ModelShape",
     "compare",
     "launch_command",
@@ -111,6 +120,26 @@ TOLERANCE = {
 
 
 # ---------------------------------------------------------------------- worker
+class MeteredPolicy:
+    """The runner's policy, waiting `latency_s` per ``generate`` call (a simulated engine)
+    and counting calls and conversations; every other attribute is the wrapped policy's."""
+
+    def __init__(self, policy: Any, latency_s: float = 0.0):
+        self.__dict__.update(policy=policy, latency_s=latency_s, calls=0, conversations=0)
+
+    def __getattr__(self, name: str) -> Any:
+        if "policy" not in self.__dict__:  # unpickling (a Ray worker's copy): not set yet
+            raise AttributeError(name)
+        return getattr(self.__dict__["policy"], name)
+
+    def generate(self, conversations: Any) -> Any:
+        if self.latency_s:
+            time.sleep(self.latency_s)
+        self.__dict__["calls"] += 1
+        self.__dict__["conversations"] += len(conversations)
+        return self.policy.generate(conversations)
+
+
 def _capture_first_gradient(tr: Any, box: dict[str, Any]) -> None:
     """Wrap the optimiser's step so the first call records the full gradient (a collective when sharded)."""
     original = tr.optimizer.step
@@ -157,6 +186,8 @@ def worker(out: Path, plain: bool) -> int:
     cfg = TrainConfig.from_dict(json.loads((out / "config.json").read_text()))
     tr = Trainer(cfg) if plain else ShardedTrainer(cfg)
     rank, world = (0, 1) if plain else (tr.dist.rank, tr.dist.world_size)
+    bench = json.loads((out / "bench.json").read_text()) if (out / "bench.json").exists() else {}
+    metered = tr.runner.policy = MeteredPolicy(tr.runner.policy, bench.get("latency_s", 0.0))
     box: dict[str, Any] = {}
     _capture_first_gradient(tr, box)
     t0 = time.perf_counter()
@@ -185,6 +216,8 @@ def worker(out: Path, plain: bool) -> int:
                 "world_size": world,
                 "wall_s": wall,
                 "max_sample_len": box.get("max_len", 0),
+                "policy_calls": metered.calls,
+                "policy_conversations": metered.conversations,
                 "history": rows,
                 **_peak_mem(),
             }
@@ -213,10 +246,16 @@ def launch_command(out: Path, world_size: int | None) -> list[str]:
 
 
 def write_config(
-    config: dict[str, Any], out: Path, world_size: int | None, resume: bool = False
+    config: dict[str, Any],
+    out: Path,
+    world_size: int | None,
+    resume: bool = False,
+    latency_s: float = 0.0,
 ) -> None:
-    """`out/config.json`: `config` with its run directory under `out`, sharded unless `world_size` is None."""
+    """`out/config.json`: `config` with its run directory under `out`, sharded unless
+    `world_size` is None; `out/bench.json`: the simulated policy latency."""
     out.mkdir(parents=True, exist_ok=True)
+    (out / "bench.json").write_text(json.dumps({"latency_s": latency_s}))
     cfg = {
         **config,
         "out_dir": str(out / "run"),
@@ -234,9 +273,10 @@ def run_launch(
     *,
     resume: bool = False,
     timeout: float = 1800,
+    latency_s: float = 0.0,
 ) -> list[dict[str, Any]]:
     """Run `config` in `out` (world_size None: the plain single-process trainer); per-rank results."""
-    write_config(config, out, world_size, resume)
+    write_config(config, out, world_size, resume, latency_s)
     env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
     proc = subprocess.run(
         launch_command(out, world_size), capture_output=True, text=True, timeout=timeout, env=env
@@ -292,6 +332,9 @@ def _timing(results: list[dict[str, Any]]) -> dict[str, Any]:
     return {
         "step_s": mean([r["time_rollout_s"] + r["time_train_s"] for r in timed]),
         "update_s": mean([r["time_train_s"] for r in timed]),
+        "rollout_s": mean([r["time_rollout_s"] for r in timed]),
+        "policy_calls": [r.get("policy_calls") for r in results],
+        "policy_conversations": [r.get("policy_conversations") for r in results],
         "peak_mem_mb": [r["peak_mem_mb"] for r in results],
         "peak_rss_mb": [r["peak_rss_mb"] for r in results],
         "losses": [r["loss"] for r in rows],
@@ -299,26 +342,47 @@ def _timing(results: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def run_bench(config: dict[str, Any], world_sizes: list[int], out: Path) -> dict[str, Any]:
-    """The report: the reference (key "1") and every world size, with the differences and the goals."""
-    ref = run_launch(config, out / "ref", None)
+#: ``dist.rollouts`` values a run can compare (`trace_gym.trainers.config.DIST_ROLLOUTS`)
+ROLLOUTS = ("all", "rank0")
+
+
+def run_bench(
+    config: dict[str, Any],
+    world_sizes: list[int],
+    out: Path,
+    *,
+    rollouts: tuple[str, ...] = ("all",),
+    latency_s: float = 0.0,
+) -> dict[str, Any]:
+    """The report: the reference (key "1") and every world size (and, for W > 1, every
+    ``dist.rollouts`` in `rollouts`: key "W", or "W-rank0"), with the differences, the
+    goals and, with both rollouts, the ratio of their rollout times per step."""
+    ref = run_launch(config, out / "ref", None, latency_s=latency_s)
     report: dict[str, Any] = {
         "world_sizes": {"1": {"launch": "one process (Trainer)", **_timing(ref)}},
         "tolerance": TOLERANCE,
         "steps": config.get("steps"),
+        "latency_s": latency_s,
+        "max_batch": config.get("rollout", {}).get("max_batch"),
+        "rollout_ratio": {},
     }
     for w in world_sizes:
-        res = run_launch(config, out / f"w{w}", w)
-        diff = compare(out / "ref", out / f"w{w}", ref, res)
-        key = str(w) if w != 1 else "1-sharded"
-        report["world_sizes"][key] = {
-            "launch": f"torchrun --nproc-per-node {w} (ShardedTrainer)",
-            **_timing(res),
-            **diff,
-        }
-        report["world_sizes"][key]["within_tolerance"] = all(
-            diff[k] is not None and diff[k] <= tol for k, tol in TOLERANCE.items()
-        )
+        for mode in rollouts if w > 1 else ("all",):
+            key = (str(w) if w != 1 else "1-sharded") + ("" if mode == "all" else f"-{mode}")
+            cfg = {**config, "dist": {**config.get("dist", {}), "rollouts": mode}}
+            res = run_launch(cfg, out / f"w{key}", w, latency_s=latency_s)
+            diff = compare(out / "ref", out / f"w{key}", ref, res)
+            report["world_sizes"][key] = {
+                "launch": f"torchrun --nproc-per-node {w} (ShardedTrainer, rollouts {mode})",
+                **_timing(res),
+                **diff,
+            }
+            report["world_sizes"][key]["within_tolerance"] = all(
+                diff[k] is not None and diff[k] <= tol for k, tol in TOLERANCE.items()
+            )
+        both = report["world_sizes"].get(str(w)), report["world_sizes"].get(f"{w}-rank0")
+        if w > 1 and all(r and r["rollout_s"] for r in both):
+            report["rollout_ratio"][str(w)] = both[0]["rollout_s"] / both[1]["rollout_s"]
     return report
 
 
@@ -379,8 +443,10 @@ def memory_estimate(
     - activations of one micro-batch of `seq_len` tokens: checkpointed, one bf16 hidden state per
       layer plus one layer recomputed (16 h + 8 I bytes per token), else every layer's; plus the
       logits path (`LOGIT_BYTES` per vocabulary entry per token);
-    - rank 0 only: the generator copy (`generator_bytes` per parameter) and its KV cache for
-      `gen_batch` sequences of `gen_context` tokens (bf16).
+    - a generating rank only: the generator copy (`generator_bytes` per parameter) and its
+      KV cache for `gen_batch` sequences of `gen_context` tokens (bf16). "rank0" is such a
+      rank's peak, "other_ranks" a rank that does not generate: with ``dist.rollouts =
+      "all"`` (the default) every rank generates, so every rank's peak is "rank0".
     """
     tokens = micro_batch * seq_len
     layer_acts = 16.0 * shape.hidden + 8.0 * shape.intermediate
@@ -411,16 +477,22 @@ def memory_estimate(
 # ---------------------------------------------------------------------- command line
 def _table(rep: dict[str, Any]) -> str:
     lines = [
-        f"{'world size':<12} {'step s':>8} {'update s':>9} {'peak mem MB per rank':<26} {'max |dW|':>10} "
+        f"{'world size':<12} {'step s':>8} {'rollout s':>9} {'update s':>9} "
+        f"{'peak mem MB per rank':<26} {'max |dW|':>10} "
         f"{'max |dG|':>10} {'loss diff':>10} {'|g| diff':>10}"
     ]
     fmt = lambda v: "-" if v is None else f"{v:.2e}"  # noqa: E731
     for key, r in rep["world_sizes"].items():
         mem = ", ".join(f"{m:.0f}" for m in r["peak_mem_mb"])
         lines.append(
-            f"{key:<12} {r['step_s'] or 0:>8.2f} {r['update_s'] or 0:>9.2f} {mem:<26} "
+            f"{key:<12} {r['step_s'] or 0:>8.2f} {r['rollout_s'] or 0:>9.2f} "
+            f"{r['update_s'] or 0:>9.2f} {mem:<26} "
             f"{fmt(r.get('max_abs_weight_diff')):>10} {fmt(r.get('max_abs_grad_diff')):>10} "
             f"{fmt(r.get('loss_diff')):>10} {fmt(r.get('grad_norm_diff')):>10}"
+        )
+    for w, ratio in rep["rollout_ratio"].items():
+        lines.append(
+            f"rollout wall time per step at {w} ranks, all ranks / rank 0 only: {ratio:.2f}x"
         )
     return "\n".join(lines)
 
@@ -461,6 +533,17 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--steps", type=int, default=2)
     p.add_argument(
+        "--rollouts",
+        default="all",
+        help="comma-separated dist.rollouts of the runs with W > 1: all, rank0 (default all)",
+    )
+    p.add_argument(
+        "--latency",
+        type=float,
+        default=0.0,
+        help="seconds every policy call waits (a simulated engine; default 0)",
+    )
+    p.add_argument(
         "--set", action="append", default=[], metavar="KEY=VALUE", help="override a config value"
     )
     p.add_argument("--out", help="keep the runs here (default: a temporary directory)")
@@ -478,9 +561,15 @@ def main(argv: list[str] | None = None) -> int:
         ) from e
     if not sizes or min(sizes) < 1 or args.steps < 1:
         raise ConfigError("--world-size values and --steps must be >= 1")
+    rollouts = tuple(x.strip() for x in args.rollouts.split(",") if x.strip())
+    if not rollouts or any(x not in ROLLOUTS for x in rollouts):
+        raise ConfigError(f"--rollouts takes {', '.join(ROLLOUTS)}, got {args.rollouts!r}")
+    if args.latency < 0:
+        raise ConfigError(f"--latency must be >= 0 seconds, got {args.latency}")
     config = _config(args)
     with tempfile.TemporaryDirectory(prefix="trace-gym-bench-train-") as tmp:
-        rep = run_bench(config, sizes, Path(args.out) if args.out else Path(tmp))
+        out = Path(args.out) if args.out else Path(tmp)
+        rep = run_bench(config, sizes, out, rollouts=rollouts, latency_s=args.latency)
     print(_table(rep))
     if args.json:
         Path(args.json).write_text(json.dumps(rep, indent=1) + "\n")

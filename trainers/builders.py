@@ -39,6 +39,16 @@ __all__ = [
 ]
 
 
+def tiny_config(cfg: PolicyConfig) -> Any:
+    """The `trace_gym.agents.tiny.TinyConfig` of ``policy.tiny`` (kind "tiny")."""
+    from trace_gym.agents.tiny import TinyConfig
+
+    tiny = dict(cfg.tiny)
+    if "envs" in tiny:
+        tiny["envs"] = tuple(tiny["envs"])
+    return TinyConfig(**tiny)
+
+
 def build_policy(cfg: PolicyConfig) -> Any:
     """An `HFPolicy` for kind "tiny" (the locally built tiny model) or "hf" (a model path)."""
     sampling = dict(
@@ -49,12 +59,9 @@ def build_policy(cfg: PolicyConfig) -> Any:
         max_batch=cfg.gen_batch,
     )
     if cfg.kind == "tiny":
-        from trace_gym.agents.tiny import TinyConfig, load_tiny_policy
+        from trace_gym.agents.tiny import load_tiny_policy
 
-        tiny = dict(cfg.tiny)
-        if "envs" in tiny:
-            tiny["envs"] = tuple(tiny["envs"])
-        return load_tiny_policy(TinyConfig(**tiny), **sampling)
+        return load_tiny_policy(tiny_config(cfg), **sampling)
     if cfg.kind == "hf":
         from trace_gym.agents.hf import HFPolicy
 
@@ -158,11 +165,6 @@ def engine_options(ro: RolloutConfig, policy: Any) -> dict[str, Any]:
         "engine_batching": "batch",
         "engine_max_batch": ro.runner.max_batch,
     }
-    if hasattr(getattr(policy, "model", None), "peft_config"):
-        raise ConfigError(
-            "rollout.ray_engines does not support LoRA policies (the engines would get merged "
-            "weights in a LoRA copy); set policy.lora = false or rollout.ray_engines = 0"
-        )
     if (
         getattr(policy, "model", None) is not None
     ):  # an in-process HF policy (vLLM: not from the trainer)

@@ -44,6 +44,7 @@ __all__ = [
 POLICY_KINDS = ("tiny", "hf", "vllm", "custom")
 DIST_STRATEGIES = ("auto", "fsdp", "none")
 DIST_BACKENDS = ("auto", "gloo", "nccl")
+DIST_ROLLOUTS = ("all", "rank0")
 DTYPES = ("float32", "bfloat16", "float16")
 
 
@@ -442,8 +443,11 @@ class DistConfig:
     #: reduce-scatter gradients only after the last micro-batch (faster, but holds unsharded
     #: gradients between micro-batches); False reduces after every micro-batch
     accumulate_unsharded: bool = False
-    #: dtype of rank 0's full generator copy (None: param_dtype, else the weights' dtype)
+    #: dtype of the full generator copy (None: param_dtype, else the weights' dtype)
     generator_dtype: str | None = None
+    #: who grows the trees: "all" (every rank its share, each with a full generator copy;
+    #: the trees are gathered) or "rank0" (rank 0 alone; the other ranks wait)
+    rollouts: str = "all"
 
     def __post_init__(self) -> None:
         _check_types(self, "dist")
@@ -451,6 +455,8 @@ class DistConfig:
             raise unknown("dist strategy", self.strategy, DIST_STRATEGIES)
         if self.backend not in DIST_BACKENDS:
             raise unknown("dist backend", self.backend, DIST_BACKENDS)
+        if self.rollouts not in DIST_ROLLOUTS:
+            raise unknown("dist.rollouts", self.rollouts, DIST_ROLLOUTS)
         for name in ("param_dtype", "reduce_dtype", "generator_dtype"):
             value = getattr(self, name)
             if value is not None and value not in DTYPES:

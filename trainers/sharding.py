@@ -10,13 +10,17 @@ whose checkpoints are sharded ``torch.distributed.checkpoint`` directories
 
 How a step runs with W ranks (docs/distributed.md, "Sharded training"):
 
-1. **Rank 0 grows the trees** with a full, unsharded *generator copy* of the policy (the
-   runner, allocator and predictor live on rank 0 only); the other ranks wait.
-2. Rank 0 turns the trees into samples and **broadcasts** them (token ids, masks,
-   advantages, generator logprobs: kilobytes to megabytes) to every rank.
-3. **Old logprobs**: each rank scores samples ``r, r + W, ...`` and the rows are
+1. **Every rank grows its share of the trees** (``dist.rollouts = "all"``,
+   `trace_gym.trainers.rank_rollouts.RankRunner`) with its own full, unsharded *generator
+   copy* of the policy: every rank plans the step alike (same runner state), grows the
+   prompts the cost-balanced split gives it, and the trees are all-gathered, so every rank
+   holds the whole step's trees, turns them into the same samples and gives its predictor
+   the same update. With ``dist.rollouts = "rank0"`` rank 0 alone grows the trees (the
+   other ranks wait) and **broadcasts** the samples (token ids, masks, advantages,
+   generator logprobs: kilobytes to megabytes).
+2. **Old logprobs**: each rank scores samples ``r, r + W, ...`` and the rows are
    all-gathered, so every rank holds the whole batch's old (and reference) logprobs.
-4. **Updates**: the mini-batch order is drawn from (seed, step) on every rank alike; rank
+3. **Updates**: the mini-batch order is drawn from (seed, step) on every rank alike; rank
    r trains on the mini-batch's samples ``r, r + W, ...`` in micro-batches. The loss is
    normalised by the **whole mini-batch's** token (or sequence) count, so each rank's
    loss is its share of the single-process loss, and the gradients are **summed** over
@@ -24,9 +28,9 @@ How a step runs with W ranks (docs/distributed.md, "Sharded training"):
    default average): the sharded gradient equals the single-process one. A rank with
    fewer micro-batches than another runs zero-weight forward/backward passes, because
    every forward and backward of an FSDP module is a collective.
-5. **Weight sync**: the sharded weights are all-gathered one parameter at a time into
-   rank 0's generator copy (or pushed to a vLLM engine / a ``sync_weights(model)``
-   generator on rank 0 through a full-weights view).
+4. **Weight sync**: the sharded weights are all-gathered one parameter at a time into
+   every generating rank's copy (or pushed to a ``sync_weights(model)`` generator, or a
+   vLLM engine on rank 0, through a full-weights view).
 
 Rank 0 alone logs, evaluates and writes the checkpoint's non-tensor state.
 """
@@ -267,22 +271,55 @@ class ShardedTrainer(Trainer):
                 "dist: policy.kind = 'vllm' is not supported with FSDP over several ranks "
                 "(every rank would start an engine); use kind 'hf'"
             )
-        if config.rollout.ray_address and self.dist.world_size > 1:
-            raise ConfigError(
-                "dist: Ray rollouts (rollout.ray_address) are not supported with FSDP over "
-                "several ranks; rank 0 grows the trees itself"
-            )
         if config.rollout.max_staleness and self.dist.world_size > 1:
             raise ConfigError(
                 "dist: asynchronous rollouts (rollout.max_staleness > 0) are not supported "
                 "with FSDP over several ranks; set rollout.max_staleness = 0"
             )
+        #: every rank grows its share of the trees (else rank 0 grows them all, or has its
+        #: Ray workers grow them: with rollout.ray_address the ranks never generate)
+        self.all_generate = (
+            config.dist.rollouts == "all"
+            and self.dist.world_size > 1
+            and not config.rollout.ray_address
+        )
+        if config.policy.kind == "tiny" and parts.get("policy") is None:
+            self._build_tiny_on_rank0(config)
         if not self.dist.is_main:
             config = copy.deepcopy(config)
             config.progress = False
             config.tensorboard = False
+            config.save_trees = False  # rank 0 writes the step's (whole) trees
+            config.rollout.ray_address = None  # rank 0 alone drives the Ray workers
         super().__init__(config, **parts)
+        if self.all_generate:
+            from trace_gym.trainers.rank_rollouts import RankRunner
+
+            self.runner = RankRunner.adopt(
+                self.runner,
+                rank=self.dist.rank,
+                world_size=self.dist.world_size,
+                gather=self._gather,
+            )
         self._shard()
+
+    def _build_tiny_on_rank0(self, config: TrainConfig) -> None:
+        """Rank 0 builds (or finds) the cached tiny model before any rank loads it: under a
+        process group transformers saves on rank 0 only, so a model another rank built
+        would lack its weights."""
+        if self.dist.world_size == 1:
+            return
+        if self.dist.is_main:
+            from trace_gym.agents.tiny import tiny_model_dir
+            from trace_gym.trainers.builders import tiny_config
+
+            tiny_model_dir(tiny_config(config.policy))
+        torch.distributed.barrier()
+
+    @property
+    def generates(self) -> bool:
+        """Whether this rank grows trees (and so holds a generator)."""
+        return self.dist.is_main or self.all_generate
 
     def _shard(self) -> None:
         from torch.distributed.device_mesh import init_device_mesh
@@ -290,7 +327,7 @@ class ShardedTrainer(Trainer):
         d, cfg = self.dist, self.config
         mesh = init_device_mesh(d.device.split(":")[0], (d.world_size,))
         shared = getattr(self.policy, "model", None) is self.model
-        skeleton = _Skeleton(self.model) if shared and d.is_main else None
+        skeleton = _Skeleton(self.model) if shared and self.generates else None
         self.model = shard_model(self.model, cfg.dist, mesh)
         if self.ref_model is not None:
             self.ref_model = shard_model(self.ref_model, cfg.dist, mesh, frozen=True)
@@ -301,11 +338,11 @@ class ShardedTrainer(Trainer):
         )
         self.generator = None
         self._gen_dtype = _dtype(cfg.dist.generator_dtype or cfg.dist.param_dtype)
-        if skeleton is not None:  # rank 0 generates with a full copy, refreshed every step
+        if skeleton is not None:  # a generating rank's full copy, refreshed every step
             self.generator = skeleton.build(d.device, self._gen_dtype)
             self.policy.model = self.generator
         elif shared:
-            self.policy.model = None  # the other ranks never generate
+            self.policy.model = None  # this rank never generates
         #: "copy" (rank 0's generator copy) or "view" (a full state dict pushed through sync_weights)
         self._mode = self._broadcast("copy" if skeleton is not None else "view")
         if self._mode == "copy":
@@ -323,8 +360,8 @@ class ShardedTrainer(Trainer):
         return out
 
     def _push(self, bump: bool) -> str:
-        """Gather the sharded weights to rank 0's generator (every rank takes part in the gathers)."""
-        main = self.dist.is_main
+        """Gather the sharded weights to the generators (every rank takes part in the gathers)."""
+        main = self.generates
         if self._mode == "view":
             state = full_state(self.model, main, self._gen_dtype)
             return sync_weights(self.policy, _FullWeights(state)) if main else "gathered"
@@ -343,11 +380,14 @@ class ShardedTrainer(Trainer):
 
     # ------------------------------------------------------------------ step
     def samples(self, trees: Sequence[Any], lag: int = 0) -> tuple[list[Sample], dict[str, float]]:
-        """Rank 0: build the samples and broadcast them to the other ranks."""
+        """The samples of the step's trees: built on every rank from the gathered trees
+        (``dist.rollouts = "all"``), else built on rank 0 and broadcast."""
+        if self.all_generate:
+            return super().samples(trees, lag)
         return self._broadcast(super().samples(trees, lag))
 
     def train_step(self, step: int) -> dict[str, Any]:
-        if self.dist.is_main:
+        if self.dist.is_main or self.all_generate:
             # kept for the checkpoint: a kill between the checkpoint and the metrics row loses no row
             self.last_metrics = super().train_step(step)
             return self.last_metrics

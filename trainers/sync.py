@@ -120,11 +120,15 @@ def engine_weights(policy: Any) -> list[tuple[str, Any]]:
     model = getattr(policy, "model", None)
     if model is None:
         raise ConfigError(f"policy {type(policy).__name__} has no .model to export weights from")
-    return [(n, t.to("cpu").contiguous()) for n, t in export_weights(model)]
+    # copies: on CPU .to("cpu") would alias the live weights, which `export_weights`
+    # unmerges in place (LoRA) once the last tensor is taken
+    return [(n, t.to("cpu", copy=True).contiguous()) for n, t in export_weights(model)]
 
 
 def load_engine_weights(policy: Any, weights: list[tuple[str, Any]]) -> str:
-    """Load pushed weights into an engine's policy: a vLLM engine in place, an HF model by state dict."""
+    """Load pushed weights into an engine's policy: a vLLM engine in place, an HF model by
+    state dict (a LoRA-wrapped copy is first unwrapped to its base model: `engine_weights`
+    pushes the adapters merged in, under the base model's names)."""
     llm = getattr(policy, "llm", None)
     if llm is not None:
         method = _push_weight_list(llm, list(weights))
@@ -136,6 +140,8 @@ def load_engine_weights(policy: Any, weights: list[tuple[str, Any]]) -> str:
         raise ConfigError(
             f"engine policy {type(policy).__name__} has neither .llm nor .model to load weights into"
         )
+    if hasattr(model, "peft_config"):  # the driver's LoRA copy: the pushes are merged weights
+        policy.model = model = model.merge_and_unload()
     device = next(model.parameters()).device
     model.load_state_dict({n: t.to(device) for n, t in weights}, strict=True)
     return "state_dict"

@@ -152,6 +152,52 @@ def test_hf_engines_take_the_trainers_weights_by_version(ray_local, tiny_dir):
 
 
 @pytest.mark.slow
+def test_hf_engines_take_a_lora_policys_merged_weights(ray_local, tiny_dir):
+    """A LoRA-wrapped driver (``policy.lora`` with ``rollout.ray_engines``): the engines get
+    the adapters merged into the base weights and sample what the driver samples."""
+    import torch
+    from trace_gym.agents.hf import HFPolicy
+    from trace_gym.trainers.builders import apply_lora
+    from trace_gym.trainers.config import PolicyConfig
+
+    from trace_gym.distributed.engine import EnginePool
+
+    torch.manual_seed(0)
+    driver = HFPolicy.from_pretrained(tiny_dir, max_new_tokens=24)
+    driver.model = apply_lora(
+        driver.model, PolicyConfig(kind="hf", path=tiny_dir, lora=True, lora_r=4)
+    )
+    pool = EnginePool(
+        ray_local,
+        driver,
+        1,
+        cpus=0.25,
+        batching="batch",
+        export="trace_gym.trainers.sync:engine_weights",
+        apply="trace_gym.trainers.sync:load_engine_weights",
+    )
+    try:
+        convs = [_countdown_conv(s) for s in (1, 2)]
+        pool.begin_step(0, driver)
+        before = pool.client().generate(convs)
+        assert [o.token_ids for o in before] == [o.token_ids for o in driver.generate(convs)]
+        with torch.no_grad():  # train the adapters (lora_B starts at zero: a no-op adapter)
+            for name, p in driver.model.named_parameters():
+                if "lora_" in name:
+                    p.add_(0.5 * torch.randn_like(p))
+        driver.version += 1
+        assert pool.begin_step(1, driver) == 1 and pool.pushes == 2
+        after, local = pool.client().generate(convs), driver.generate(convs)
+        for a, b in zip(after, local, strict=True):
+            assert a.token_ids == b.token_ids
+            assert a.logprobs == pytest.approx(b.logprobs, abs=1e-4)
+        assert [o.logprobs for o in after] != [o.logprobs for o in before]  # the adapters count
+        assert hasattr(driver.model, "peft_config")  # the driver's own model stays wrapped
+    finally:
+        pool.close()
+
+
+@pytest.mark.slow
 def test_hf_engines_give_the_local_allocations_and_tree_shapes(tiny_dir):
     from trace_gym.agents.hf import HFPolicy
     from trace_gym.bench.engines import tree_shape

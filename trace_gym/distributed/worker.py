@@ -30,7 +30,15 @@ from trace_gym.scheduling import StepScheduler
 from trace_gym.step import EnvPool, PromptWork, tell_step
 from trace_gym.tree import RolloutTree
 
-__all__ = ["RolloutWorker", "ShardResult", "WorkerPolicy", "current_worker", "dumps", "loads"]
+__all__ = [
+    "RolloutWorker",
+    "ShardResult",
+    "WorkerPolicy",
+    "current_worker",
+    "dumps",
+    "grow_shard",
+    "loads",
+]
 
 #: index of the worker this process hosts (None outside a rollout-worker actor)
 _CURRENT_WORKER: int | None = None
@@ -104,6 +112,34 @@ class ShardResult(NamedTuple):
     rerouted: int = 0
 
 
+def grow_shard(
+    index: int,
+    config: RunnerConfig,
+    step: int,
+    shard: list[PromptWork],
+    policy: Any,
+    pool: EnvPool,
+    allocator: Any,
+    predictor: Any,
+) -> ShardResult:
+    """Run every prompt of `shard` to a closed tree with the local scheduler (a Ray worker's
+    shard, or one FSDP rank's share: `trace_gym.trainers.rank_rollouts`)."""
+    tell_step(step, pool, policy)
+    sw = Stopwatch()
+    report = StepReport(step=step, replay_cost=config.replay_cost)
+    ctx = step_context(config, step, policy, pool, allocator, predictor, report, sw)
+    StepScheduler(ctx, partial(plan.expand, ctx), partial(plan.expand_all, ctx)).run(shard)
+    ctx.report.close(sw)
+    return ShardResult(
+        worker=index,
+        trees=[(w.order, w.tree) for w in shard],
+        report=ctx.report,
+        env_instances=pool.made,
+        pid=os.getpid(),
+        rerouted=int(getattr(policy, "rerouted", 0)),
+    )
+
+
 class RolloutWorker:
     """Holds env instances and a policy; runs shards of a step with the local scheduler."""
 
@@ -138,31 +174,17 @@ class RolloutWorker:
         if policy is not None:  # the driver's policy object, re-shipped with its latest weights
             self.policy = loads(policy)
         shard: list[PromptWork] = loads(works)
-        tell_step(step, self.pool, self.policy)
-        sw = Stopwatch()
-        report = StepReport(step=step, replay_cost=self.config.replay_cost)
-        ctx = step_context(
+        result = grow_shard(
+            self.index,
             self.config,
             step,
+            shard,
             self.policy,
             self.pool,
             loads(allocator),
             loads(predictor),
-            report,
-            sw,
         )
-        StepScheduler(ctx, partial(plan.expand, ctx)).run(shard)
-        ctx.report.close(sw)
-        return dumps(
-            ShardResult(
-                worker=self.index,
-                trees=[(w.order, w.tree) for w in shard],
-                report=ctx.report,
-                env_instances=self.pool.made,
-                pid=os.getpid(),
-                rerouted=int(getattr(self.policy, "rerouted", 0)),
-            )
-        )
+        return dumps(result)
 
     def close(self) -> None:
         self.pool.close()
