@@ -123,7 +123,7 @@ def grow_shard(
     predictor: Any,
 ) -> ShardResult:
     """Run every prompt of `shard` to a closed tree with the local scheduler (a Ray worker's
-    shard, or one FSDP rank's share: `trace_gym.trainers.rank_rollouts`)."""
+    shard, or one rank's share: `trace_gym.distributed.ranks.RankShardedRunner`)."""
     tell_step(step, pool, policy)
     sw = Stopwatch()
     report = StepReport(step=step, replay_cost=config.replay_cost)
