@@ -225,10 +225,10 @@ def _root_batch(n: int) -> DataProto:
     reqs = [va.trace_request(ENV, TASK, env_seed=i, child=i, episode=i) for i in range(n)]
     return DataProto.from_dict(
         non_tensors={
-            "trace_gym": va._objects(reqs),
-            "uid": va._objects([TASK] * n),
-            "raw_prompt": va._objects([[{"role": "user", "content": "x"}]] * n),
-            "agent_name": va._objects([va.AGENT_NAME] * n),
+            "trace_gym": va.object_array(reqs),
+            "uid": va.object_array([TASK] * n),
+            "raw_prompt": va.object_array([[{"role": "user", "content": "x"}]] * n),
+            "agent_name": va.object_array([va.AGENT_NAME] * n),
         }
     )
 
@@ -506,7 +506,7 @@ def test_trace_config_limits_that_fit_imposes(verl_config):
     with pytest.raises(ConfigError, match="extra_info"):
         from trace_gym.trainers.verl_trainer import batch_tasks
 
-        batch_tasks(DataProto.from_dict(non_tensors={"x": va._objects([1])}))
+        batch_tasks(DataProto.from_dict(non_tensors={"x": va.object_array([1])}))
 
 
 @pytest.mark.slow
@@ -600,9 +600,9 @@ def test_validation_batches_take_verl_plain_agent_loop(worker):
     rows = task_rows(ENV, tasks)
     batch = DataProto.from_dict(
         non_tensors={
-            "extra_info": va._objects([r["extra_info"] for r in rows]),
-            "raw_prompt": va._objects([r["prompt"] for r in rows]),
-            "uid": va._objects(["a", "b", "c"]),
+            "extra_info": va.object_array([r["extra_info"] for r in rows]),
+            "raw_prompt": va.object_array([r["prompt"] for r in rows]),
+            "uid": va.object_array(["a", "b", "c"]),
         },
         meta_info={"validate": True, "global_steps": 0},
     )

@@ -121,14 +121,24 @@ def grow_shard(
     pool: EnvPool,
     allocator: Any,
     predictor: Any,
+    *,
+    batched: bool = True,
 ) -> ShardResult:
     """Run every prompt of `shard` to a closed tree with the local scheduler (a Ray worker's
-    shard, or one rank's share: `trace_gym.distributed.ranks.RankShardedRunner`)."""
+    shard, or one rank's share: `trace_gym.distributed.ranks.RankShardedRunner`).
+
+    `batched`: give the scheduler the global-expansion hook (`plan.expand_all`) as the
+    local runner does; the Ray worker passes False and expands prompt by prompt, as it
+    always has (with an engine pool and the global barrier, its batched expansion grew
+    other trees than the in-process reference, tests/distributed/test_engines.py; the
+    cause is not found yet).
+    """
     tell_step(step, pool, policy)
     sw = Stopwatch()
     report = StepReport(step=step, replay_cost=config.replay_cost)
     ctx = step_context(config, step, policy, pool, allocator, predictor, report, sw)
-    StepScheduler(ctx, partial(plan.expand, ctx), partial(plan.expand_all, ctx)).run(shard)
+    expand_all = partial(plan.expand_all, ctx) if batched else None
+    StepScheduler(ctx, partial(plan.expand, ctx), expand_all).run(shard)
     ctx.report.close(sw)
     return ShardResult(
         worker=index,
@@ -183,6 +193,7 @@ class RolloutWorker:
             self.pool,
             loads(allocator),
             loads(predictor),
+            batched=False,
         )
         return dumps(result)
 
