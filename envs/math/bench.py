@@ -207,8 +207,10 @@ def profile(sandboxes: dict[str, Sandbox], repeats: int) -> dict[str, dict[str, 
 
     Round-robin over the configurations, like `_interleaved`. Beside the phases: the same
     cell's request-to-start in an interpreter that is not freshly restored
-    (``steady_to_cell_start``: the difference is the file restore and copy-on-write faults)
-    and how long the parked snapshot takes to fork the next spare (off the critical path).
+    (``steady_to_cell_start``: the difference is the file restore and copy-on-write faults),
+    how long the parked snapshot takes to fork the next spare (off the critical path), and a
+    restore of the same snapshot right after the first cell, before that spare is ready
+    (``again_restore_then_cell``: tree search often branches twice from one node).
     """
     handles, samples = {}, {name: [] for name in sandboxes}
     for name, sb in sandboxes.items():
@@ -235,6 +237,13 @@ def profile(sandboxes: dict[str, Sandbox], repeats: int) -> dict[str, dict[str, 
             row["steady_to_cell_start"] = float(second.output.strip("()\n").split(",")[0]) - (
                 steady["request"] if "request" in steady else t2
             )
+            # the same snapshot restored again at once: its next spare is still being forked
+            t3 = time.monotonic()
+            assert sb.restore_snapshot(handles[name]) and sb.run("total").output == "2002\n"
+            row["again_restore_then_cell"] = time.monotonic() - t3
+            spare = sb._spares.get(handles[name].sid)  # noqa: SLF001
+            if spare is not None:
+                spare.ready(time.monotonic() + 10)  # the next round starts with a ready spare
             samples[name].append(row)
     out: dict[str, dict[str, Any]] = {}
     for name, rows in samples.items():
