@@ -767,6 +767,7 @@ class Sandbox:
         with self._lock:
             if self._live is None or self._live_threads:
                 return None
+            self._retire()  # its memory would count against the snapshots' budget below
             snap, spare = self._fork_snapshot()
             if snap is None:
                 return None
