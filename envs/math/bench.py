@@ -205,7 +205,8 @@ def _phases(sb: Sandbox, marks: dict[str, float], t0: float, a: float, b: float,
 def profile(sandboxes: dict[str, Sandbox], repeats: int) -> dict[str, dict[str, Any]]:
     """Median per-phase times (ms) of a fork restore plus its first cell, per configuration.
 
-    Round-robin over the configurations, like `_interleaved`. Beside the phases: the same
+    Round-robin over the configurations, like `_interleaved`; ``mean_ms`` holds the means
+    (which add up to the mean total). Beside the phases: the same
     cell's request-to-start in an interpreter that is not freshly restored
     (``steady_to_cell_start``: the difference is the file restore and copy-on-write faults),
     how long the parked snapshot takes to fork the next spare (off the critical path), and a
@@ -250,6 +251,11 @@ def profile(sandboxes: dict[str, Sandbox], repeats: int) -> dict[str, dict[str, 
         keys = [k for k in rows[0] if all(k in r for r in rows)]
         out[name] = {
             f"{k}_ms": round(statistics.median(r[k] for r in rows) * 1000, 3) for k in keys
+        }
+        # medians of the parts do not add up to the median total when the tail is heavy
+        # (a loaded machine); the means do
+        out[name]["mean_ms"] = {
+            k: round(statistics.mean(r[k] for r in rows) * 1000, 3) for k in keys
         }
         sandboxes[name].release(handles[name])
     return out
@@ -488,6 +494,8 @@ def _busy_levels(text: str) -> tuple[int, ...]:
         raise argparse.ArgumentTypeError(f"expected counts like 0,1, got {text!r}") from None
     if not levels or not all(0 <= n <= 64 for n in levels):
         raise argparse.ArgumentTypeError(f"each count must be in [0, 64], got {text!r}")
+    if len(set(levels)) < len(levels):
+        raise argparse.ArgumentTypeError(f"each count once, got {text!r}")
     return levels
 
 
@@ -518,7 +526,7 @@ def _print_level(name: str, level: dict[str, Any]) -> None:
         print(f"{layer:>28}: " + "  ".join(f"{ratios[k]:>13}x" for k in ratios))
     prof = level.get("profile")
     if prof:
-        keys = list(next(iter(prof.values())))
+        keys = [k for k in next(iter(prof.values())) if k != "mean_ms"]
         print(f"{'restore + cell, ms':>28}: " + "  ".join(f"{k[:-3]:>13}" for k in keys))
         for layer, phases in prof.items():
             print(f"{layer:>28}: " + "  ".join(f"{phases.get(k, ''):>13}" for k in keys))

@@ -159,6 +159,7 @@ def test_bench_cli_smoke(tmp_path):
         assert level["layers"].keys() == level["profile"].keys()
         for phases in level["profile"].values():
             assert phases["total_ms"] > phases["cell_exec_ms"] > 0
+            assert phases["mean_ms"]["total"] > phases["mean_ms"]["cell_exec"] > 0
     assert res["goals"]["cells_per_s"]["busy_processes"] == 1
     assert (
         res["goals"]["cells_per_s"]["value"] == levels["busy_1"]["layers"]["bwrap"]["cells_per_s"]
@@ -252,3 +253,15 @@ def test_a_reply_bigger_than_the_small_receive_buffer_arrives_whole():
         assert sb.run("print('ok')").output == "ok\n"
     finally:
         sb.close()
+
+
+@pytest.mark.parametrize("levels", ["0,0", "x", "65", ""])
+def test_bench_busy_levels_are_checked(levels):
+    done = subprocess.run(
+        [sys.executable, "-m", "trace_gym.cli", "bench", "math-env", "--busy", levels],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 2
+    assert len(done.stderr.strip().splitlines()) == 1 and "--busy" in done.stderr
