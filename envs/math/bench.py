@@ -178,7 +178,7 @@ def busy_processes(n: int) -> Iterator[list[subprocess.Popen]]:
             proc.wait()
 
 
-def _phases(sb: Sandbox, marks: dict[str, float], t0: float, a: float, b: float, t2: float):
+def _phases(marks: dict[str, float], t0: float, a: float, b: float, t2: float) -> dict[str, float]:
     """One profiled restore + cell split into its parts (ms); see `profile`."""
     return {
         # the snapshot's spare: adopt it if its hello is unread, continue it and the parked
@@ -190,11 +190,12 @@ def _phases(sb: Sandbox, marks: dict[str, float], t0: float, a: float, b: float,
         "bookkeeping": marks["bookkeeping"] - marks["handover"],
         # the host's write of the request (a woken interpreter may take this CPU meanwhile)
         "request_write": marks["request"] - marks["bookkeeping"],
-        # request written until the cell's first line: the interpreter's wake-up, its
-        # restore of the snapshot's files and limits check, the cell's parse and compile
+        # from the request until the cell's first line (`request_write` included): the
+        # interpreter's wake-up, its restore of the snapshot's files and limits check, the
+        # cell's parse and compile
         "to_cell_start": a - marks["bookkeeping"],
         "cell_exec": b - a,
-        # the reply's encoding and write, the host's wake-up (or poll), decode and checks
+        # the reply's encoding and write, the host's wake-up, decode and checks
         "reply": marks["reply"] - b,
         # kill the replaced interpreter, send the next spare's fork request, adopt spares
         "after_reply": marks["after"] - marks["reply"],
@@ -206,7 +207,8 @@ def profile(sandboxes: dict[str, Sandbox], repeats: int) -> dict[str, dict[str, 
     """Median per-phase times (ms) of a fork restore plus its first cell, per configuration.
 
     Round-robin over the configurations, like `_interleaved`; ``mean_ms`` holds the means
-    (which add up to the mean total). Beside the phases: the same
+    (which, but for ``request_write`` that ``to_cell_start`` includes, add up to the mean
+    total). Beside the phases: the same
     cell's request-to-start in an interpreter that is not freshly restored
     (``steady_to_cell_start``: the difference is the file restore and copy-on-write faults),
     how long the parked snapshot takes to fork the next spare (off the critical path), and a
@@ -228,7 +230,7 @@ def profile(sandboxes: dict[str, Sandbox], repeats: int) -> dict[str, dict[str, 
             t2 = time.monotonic()
             marks, sb.marks = dict(sb.marks), None
             a, b = (float(v) for v in first.output.strip("()\n").split(","))
-            row = _phases(sb, marks, t0, a, b, t2)
+            row = _phases(marks, t0, a, b, t2)
             spare = sb._spares.get(handles[name].sid)  # noqa: SLF001 - diagnostics
             if spare is not None and spare.ready(time.monotonic() + 10):
                 row["spare_fork_off_path"] = time.monotonic() - marks["after"]
@@ -253,7 +255,7 @@ def profile(sandboxes: dict[str, Sandbox], repeats: int) -> dict[str, dict[str, 
             f"{k}_ms": round(statistics.median(r[k] for r in rows) * 1000, 3) for k in keys
         }
         # medians of the parts do not add up to the median total when the tail is heavy
-        # (a loaded machine); the means do
+        # (a loaded machine); the means do (see above)
         out[name]["mean_ms"] = {
             k: round(statistics.mean(r[k] for r in rows) * 1000, 3) for k in keys
         }
