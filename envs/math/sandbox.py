@@ -708,6 +708,7 @@ class Sandbox:
             # after the new interpreter's first reply: a kill here put its teardown (unmapping
             # a forked interpreter) on the first cell's path, 2-3 ms of the 5 a restore took
             self._live.stop()
+            self._live.lower_priority()  # see there: the kill after the reply must not block
             self._retired = self._live
         self._live = new
         self._mark("handover")
