@@ -184,7 +184,7 @@ def _phases(marks: dict[str, float], t0: float, a: float, b: float, t2: float) -
         # the snapshot's spare: adopt it if its hello is unread, continue it and the parked
         # process (a cell may have stopped them), check neither is stopped or dying
         "spare": marks["spare"] - t0,
-        # stop the replaced interpreter, make the spare the live one
+        # stop (and renice) the replaced interpreter, make the spare the live one
         "handover": marks["handover"] - marks["spare"],
         # OOM score (unless set at adoption), queue the next spare's request
         "bookkeeping": marks["bookkeeping"] - marks["handover"],
