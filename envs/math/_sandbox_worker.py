@@ -202,14 +202,13 @@ class Interpreter:
         LIMITS["cpu_s"] = cpu_s
         name = f"<cell {self.count}>"
         used = sum(resource.getrusage(resource.RUSAGE_SELF)[:2])
-        _soft, hard = resource.getrlimit(resource.RLIMIT_CPU)
+        soft, hard = resource.getrlimit(resource.RLIMIT_CPU)
         want = int(used + cpu_s) + 1
         if hard != resource.RLIM_INFINITY:
             want = min(want, hard)
-        try:
-            resource.setrlimit(resource.RLIMIT_CPU, (want, hard))
-        except (ValueError, OSError):
-            pass
+        if soft != want:  # read just now: unchanged since the last cell is the usual case
+            with contextlib.suppress(ValueError, OSError):
+                resource.setrlimit(resource.RLIMIT_CPU, (want, hard))
         out = CappedWriter(max_chars)
         error = None
         limit = None
@@ -311,6 +310,9 @@ def serve_live(chan: socket.socket, interp: Interpreter, saved: tuple | None = N
     signal.signal(signal.SIGXCPU, _on_xcpu)
     me = os.getpid()
     send(chan, {"hello": True})
+    # after the hello, so a restore that comes at once can hand this spare over meanwhile
+    # (its first request waits in the channel until the warm-up is done)
+    warm_up()
     while True:
         msg, fds = recv(chan)
         if msg is None:
@@ -511,7 +513,6 @@ def spawn(
         os.setpgid(0, 0)
         if seed is not None:
             seed_rngs(int(seed))
-        warm_up()
         serve_live(socket.socket(fileno=fd), interp, saved)
     os.close(fd)
 

@@ -21,6 +21,7 @@ import json
 import logging
 import os
 import secrets
+import select
 import shutil
 import socket
 import subprocess
@@ -63,6 +64,8 @@ __all__ = ["CellResult", "Sandbox", "SandboxConfig", "SandboxError", "SnapshotHa
 log = logging.getLogger(__name__)
 
 _WORKER = Path(__file__).with_name("_sandbox_worker.py")
+#: the OOM score of the live interpreter and its spares (the preferred victims; snapshots 0)
+_LIVE_OOM = 1000
 _CGROUP_V1, _CGROUP_V2 = "/sys/fs/cgroup/pids", ("/sys/fs/cgroup/unified", "/sys/fs/cgroup")
 
 
@@ -230,6 +233,11 @@ class Sandbox:
         self._infra: dict[int, int] = {}
         self._zygote: Proc | None = None
         self._live: Proc | None = None
+        #: the interpreter a restore replaced: stopped at the handover, killed once the new one
+        #: has answered (its teardown, milliseconds of unmapping, then runs off the restore's path)
+        self._retired: Proc | None = None
+        #: spares requested whose hello is not read yet (`_adopt_spares` reads it after a cell)
+        self._unadopted: list[Proc] = []
         self._live_threads = 0
         self._snaps: OrderedDict[int, Proc] = OrderedDict()
         self._spares: dict[int | str, Proc] = {}
@@ -246,6 +254,13 @@ class Sandbox:
         self._tmpdir: str | None = None
         self._uid: int | None = None
         self._lock = threading.RLock()
+        #: profiling (`bench math-env --profile`): when a list, each phase of a restore and a
+        #: cell appends (name, time.monotonic()) at its end
+        self.marks: list[tuple[str, float]] | None = None
+
+    def _mark(self, phase: str) -> None:
+        if self.marks is not None:
+            self.marks.append((phase, time.monotonic()))
 
     # ------------------------------------------------------------------ lifecycle
     @property
@@ -445,12 +460,14 @@ class Sandbox:
     def close(self) -> None:
         """Kill every process of the sandbox and remove its files (idempotent)."""
         with self._lock:
-            for proc in [self._live, self._zygote, *self._snaps.values(), *self._spares.values()]:
+            procs = [self._live, self._retired, self._zygote, *self._snaps.values()]
+            for proc in [*procs, *self._spares.values()]:
                 if proc is not None:
                     proc.kill()
-            self._live = self._zygote = None
+            self._live = self._retired = self._zygote = None
             self._snaps.clear()
             self._spares.clear()
+            self._unadopted = []
             self._pending_spare = None
             # inside-out, so each process is reaped by its own parent and none is left to the
             # host's init: every cell and interpreter process first (the sandbox's init reaps
@@ -528,13 +545,19 @@ class Sandbox:
             schemas = (reply_schema(cfg.max_output_chars), REFUSED)
             try:
                 send(live.chan, request)  # type: ignore[union-attr]
+                self._mark("request")
                 reply, _pid = recv(live.chan, t0 + cfg.cell_timeout_s, self._seq, schemas=schemas)  # type: ignore[union-attr]
+                self._mark("reply")
             except Malformed as e:
                 return self._compromised(e, t0)
             except OSError:
                 reply = None
             elapsed = time.monotonic() - t0
+            self._retire()
             self._flush_spare()
+            if self._unadopted:
+                self._adopt_spares()
+            self._mark("after")
             if reply is not None and "refused" in reply:
                 self._refused(reply["refused"])
                 return CellResult("refused", "", 0, reply["refused"], elapsed)
@@ -619,8 +642,26 @@ class Sandbox:
                     return True
             return False
 
+    def _retire(self) -> None:
+        """Kill the interpreter the last restore replaced (stopped since; see `_install`)."""
+        if self._retired is not None:
+            self._retired.kill()
+            self._retired = None
+
+    def _adopt_spares(self) -> None:
+        """Adopt the spares whose hello has arrived, so a restore finds them known already."""
+        waiting = [p for p in self._unadopted if p.pidfd is None and not p.killed]
+        ready = select.select([p.chan for p in waiting], [], [], 0)[0] if waiting else []
+        soon = time.monotonic() + 0.05  # a readable channel: its hello (or end) is there
+        for proc in waiting:
+            if proc.chan in ready and proc.ready(soon) and self._memcg is not None:
+                _cg.set_oom_score(proc.pid, proc.pidfd, _LIVE_OOM)  # type: ignore[arg-type]
+                proc.victim = True
+        self._unadopted = [p for p in waiting if p.pidfd is None and not p.killed]
+
     def _kill_live(self) -> None:
         """Kill the live interpreter and everything it started (all non-known members)."""
+        self._retire()
         if self._live is not None:
             self._live.kill()
             self._live = None
@@ -640,6 +681,7 @@ class Sandbox:
     def _install(self, parent: Proc, key: int | str, seed: int | None) -> None:
         """Make a fork of `parent` the live interpreter: its ready spare, else a new fork."""
         spare = self._spares.pop(key, None)
+        self._mark("start")
         # a cell may have stopped the parked process or its spare (SIGSTOP to every pid it
         # sees): continue them first, or a restored cell would report a timeout it did not
         # cause. Reading /proc's state instead races the signal on a loaded machine (a stop
@@ -651,26 +693,37 @@ class Sandbox:
             raise SandboxError("a parked sandbox process was stopped and could not be continued")
         if spare is not None and spare.ready(time.monotonic() + self.config.fork_timeout_s):
             spare.resume()
+        self._mark("spare")
         if spare is not None and spare.alive() and not stopped(spare.pid):  # type: ignore[arg-type]
             new = spare
         else:
             if spare is not None:
                 spare.kill()
             new = self._fork_from(parent, seed)
+        self._retire()  # a second restore before any cell
         if self._live is not None:
             # only the old interpreter itself: a full sweep here would wait for every pending
-            # spare; processes its cells left behind are swept at the next reset, timeout or close
-            self._live.kill()
+            # spare; processes its cells left behind are swept at the next reset, timeout or
+            # close. It is stopped now (SIGSTOP: not one more instruction of it runs) and killed
+            # after the new interpreter's first reply: a kill here put its teardown (unmapping
+            # a forked interpreter) on the first cell's path, 2-3 ms of the 5 a restore took
+            self._live.stop()
+            self._live.lower_priority()  # see there: the kill after the reply must not block
+            self._retired = self._live
         self._live = new
-        if self._memcg is not None and new.pid is not None:
+        self._mark("handover")
+        if self._memcg is not None and new.pid is not None and not new.victim:
             # over the sandbox's total, the OOM killer takes the live interpreter (or what its
-            # cell started: children inherit this), which the env rolls back, not a snapshot
-            _cg.set_oom_score(new.pid, new.pidfd, 1000)
+            # cell started: children inherit this), which the env rolls back, not a snapshot;
+            # an adopted spare was made one already, off the restore's path
+            _cg.set_oom_score(new.pid, new.pidfd, _LIVE_OOM)
+            new.victim = True
         if self.config.spares:
             # the next spare is forked after the first cell has answered, so that fork does
             # not compete with the restored interpreter's first (copy-on-write heavy) cell
             self._flush_spare()
             self._pending_spare = (parent, key, seed)
+        self._mark("bookkeeping")
 
     def _flush_spare(self) -> None:
         if self._pending_spare is not None:
@@ -684,7 +737,8 @@ class Sandbox:
         mine, theirs = socketpair()
         try:
             send(parent.chan, {"op": "spawn", "seed": seed}, [theirs.fileno()])
-            self._spares[key] = Proc(mine, self._members)
+            self._spares[key] = spare = Proc(mine, self._members)
+            self._unadopted.append(spare)
         except OSError:
             mine.close()
         finally:
@@ -714,6 +768,7 @@ class Sandbox:
         with self._lock:
             if self._live is None or self._live_threads:
                 return None
+            self._retire()  # its memory would count against the snapshots' budget below
             snap, spare = self._fork_snapshot()
             if snap is None:
                 return None
@@ -722,6 +777,7 @@ class Sandbox:
             self._snaps[sid] = snap
             if spare is not None:
                 self._spares[sid] = spare
+                self._unadopted.append(spare)
             if self._memcg is not None:
                 _cg.set_oom_score(
                     snap.pid, snap.pidfd, 0

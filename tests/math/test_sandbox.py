@@ -7,6 +7,7 @@ import os
 import random
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -139,6 +140,9 @@ def test_bench_cli_smoke(tmp_path):
             "2",
             "--slow-answers",
             "0",
+            "--busy",
+            "0,1",
+            "--profile",
             "--json",
             str(out),
         ],
@@ -149,6 +153,17 @@ def test_bench_cli_smoke(tmp_path):
     res = json.loads(out.read_text())
     for key in ("cells_per_s", "restore_fork_ms", "restore_replay_ms", "snapshot_rss_mb"):
         assert res[key] > 0, key
+    levels = res["busy_levels"]
+    assert [lv["busy_processes"] for lv in levels.values()] == [0, 1]
+    for level in levels.values():
+        assert level["layers"].keys() == level["profile"].keys()
+        for phases in level["profile"].values():
+            assert phases["total_ms"] > phases["cell_exec_ms"] > 0
+            assert phases["mean_ms"]["total"] > phases["mean_ms"]["cell_exec"] > 0
+    assert res["goals"]["cells_per_s"]["busy_processes"] == 1
+    assert (
+        res["goals"]["cells_per_s"]["value"] == levels["busy_1"]["layers"]["bwrap"]["cells_per_s"]
+    )
     assert res["restored_output"] == "[1, 2, 3] 2002 55"
     hostile = res["hostile_memory"]
     assert hostile["pss_peak_mb"] > 250 and hostile["checkpoints"] == 2
@@ -183,3 +198,70 @@ def test_clean_up_of_stale_cgroups_spares_live_owners():
         for path in [*made, *stale]:
             if os.path.isdir(path):
                 os.rmdir(path)
+
+
+def _state(pid: int) -> str | None:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return None
+
+
+def _await_state(pid: int, states: tuple[str | None, ...], timeout_s: float = 5.0) -> str | None:
+    deadline = time.monotonic() + timeout_s
+    while _state(pid) not in states and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return _state(pid)
+
+
+def test_restore_stops_the_replaced_interpreter_and_kills_it_after_the_first_cell(sandbox):
+    """The interpreter a restore replaces runs nothing more (stopped at the handover), and
+    is gone once the restored one has answered (its teardown is kept off the restore)."""
+    sandbox.fresh()
+    assert sandbox.run("x = 1").status == "ok"
+    handle = sandbox.snapshot()
+    assert (
+        sandbox.run(
+            "import threading, time\nticks = [0]\n"
+            "def tick():\n    while True:\n        ticks[0] += 1\n        time.sleep(0.001)\n"
+            "threading.Thread(target=tick, daemon=True).start()"
+        ).status
+        == "ok"
+    )
+    old = sandbox._live.pid  # noqa: SLF001 - the process under test
+    assert sandbox.restore_snapshot(handle)
+    assert _await_state(old, ("T", "t")) in ("T", "t")
+    assert sandbox.run("x").output == "1\n"
+    assert _await_state(old, (None, "Z", "X")) in (None, "Z", "X")
+    # a second restore before any cell retires the first restored interpreter at once
+    first = sandbox._live.pid  # noqa: SLF001
+    assert sandbox.restore_snapshot(handle)
+    second = sandbox._live.pid  # noqa: SLF001
+    assert sandbox.restore_snapshot(handle)
+    assert _await_state(first, (None, "Z", "X")) in (None, "Z", "X")
+    assert _await_state(second, ("T", "t")) in ("T", "t")
+    assert sandbox.run("x + 1").output == "2\n"
+    assert _await_state(second, (None, "Z", "X")) in (None, "Z", "X")
+    sandbox.release(handle)
+
+
+def test_a_reply_bigger_than_the_small_receive_buffer_arrives_whole():
+    sb = Sandbox(SandboxConfig(max_output_chars=100_000))
+    try:
+        res = sb.run("print('\\u00e9' * 99_999)")  # 2 bytes each in UTF-8: over 64 KiB
+        assert res.status == "ok" and res.output == "\u00e9" * 99_999 + "\n"
+        assert sb.run("print('ok')").output == "ok\n"
+    finally:
+        sb.close()
+
+
+@pytest.mark.parametrize("levels", ["0,0", "x", "65", ""])
+def test_bench_busy_levels_are_checked(levels):
+    done = subprocess.run(
+        [sys.executable, "-m", "trace_gym.cli", "bench", "math-env", "--busy", levels],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 2
+    assert len(done.stderr.strip().splitlines()) == 1 and "--busy" in done.stderr
