@@ -558,40 +558,45 @@ class Sandbox:
             if self._unadopted:
                 self._adopt_spares()
             self._mark("after")
-            if reply is not None and "refused" in reply:
-                self._refused(reply["refused"])
-                return CellResult("refused", "", 0, reply["refused"], elapsed)
-            if reply is not None and reply["limit"] == "cpu":
-                # the CPU limit stopped the cell mid-way: the same stop as the wall limit (which of
-                # the two fires first depends on the machine's load), so its state is not kept
-                self._kill_live()
-                return CellResult(
-                    "timeout",
-                    reply["output"],
-                    reply["total_chars"],
-                    reply["error"] or "CpuLimit",
-                    elapsed,
-                )
-            if reply is not None:
-                self._live_threads = reply["threads"]
-                status = "error" if reply["error"] is not None else "ok"
-                return CellResult(
-                    status,
-                    reply["output"],
-                    reply["total_chars"],
-                    reply["error"],
-                    elapsed,
-                    self._live_threads,
-                )
-            timed_out = elapsed >= cfg.cell_timeout_s and live.alive()  # type: ignore[union-attr]
+            return self._result(reply, elapsed, live)
+
+    def _result(self, reply: dict | None, elapsed: float, live: Any) -> CellResult:
+        """The cell's `CellResult` from its reply (None: no reply came); kills what it must."""
+        cfg = self.config
+        if reply is not None and "refused" in reply:
+            self._refused(reply["refused"])
+            return CellResult("refused", "", 0, reply["refused"], elapsed)
+        if reply is not None and reply["limit"] == "cpu":
+            # the CPU limit stopped the cell mid-way: the same stop as the wall limit (which of
+            # the two fires first depends on the machine's load), so its state is not kept
             self._kill_live()
-            error = None
-            if not timed_out and self._oom_killed():
-                error = (
-                    "MemoryError: the sandbox exceeded its memory total "
-                    f"({cfg.memory_total_mb} MiB: the interpreter, its processes and parked snapshots)"
-                )
-            return CellResult("timeout" if timed_out else "crashed", "", 0, error, elapsed)
+            return CellResult(
+                "timeout",
+                reply["output"],
+                reply["total_chars"],
+                reply["error"] or "CpuLimit",
+                elapsed,
+            )
+        if reply is not None:
+            self._live_threads = reply["threads"]
+            status = "error" if reply["error"] is not None else "ok"
+            return CellResult(
+                status,
+                reply["output"],
+                reply["total_chars"],
+                reply["error"],
+                elapsed,
+                self._live_threads,
+            )
+        timed_out = elapsed >= cfg.cell_timeout_s and live.alive()
+        self._kill_live()
+        error = None
+        if not timed_out and self._oom_killed():
+            error = (
+                "MemoryError: the sandbox exceeded its memory total "
+                f"({cfg.memory_total_mb} MiB: the interpreter, its processes and parked snapshots)"
+            )
+        return CellResult("timeout" if timed_out else "crashed", "", 0, error, elapsed)
 
     def _oom_killed(self) -> bool:
         """Whether the memory cgroup's OOM killer struck since the last call."""
