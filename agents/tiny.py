@@ -194,12 +194,17 @@ def tiny_model_dir(
     config = config or TinyConfig()
     root = Path(cache_dir) if cache_dir is not None else _cache_root()
     target = root / config.key()
-    if (target / "trace_gym_tiny.json").exists() and not rebuild:
+    if _complete(target) and not rebuild:
         return target
     root.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=".build-", dir=root))
     try:
         meta = _build(config, tmp)
+        if not _complete(tmp, marker=False):  # e.g. a save that skipped a non-main rank
+            raise RuntimeError(
+                f"building the tiny model wrote no config.json and weights into {tmp}; "
+                "build it in one process (or on rank 0 first) and retry"
+            )
         (tmp / "trace_gym_tiny.json").write_text(json.dumps(meta, indent=1, default=str))
         if target.exists():
             shutil.rmtree(target)
@@ -208,6 +213,17 @@ def tiny_model_dir(
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
     return target
+
+
+def _complete(path: Path, marker: bool = True) -> bool:
+    """Whether `path` holds a whole tiny model: its config, weights (and the done marker).
+
+    A directory with the marker but no weights (left by a build under a process group on
+    a non-main rank, whose save wrote nothing) is rebuilt, not loaded.
+    """
+    weights = any(path.glob("*.safetensors")) or any(path.glob("pytorch_model*.bin"))
+    done = (path / "trace_gym_tiny.json").exists() or not marker
+    return done and (path / "config.json").exists() and weights
 
 
 def _build(config: TinyConfig, out: Path) -> dict[str, Any]:
@@ -231,7 +247,7 @@ def _build(config: TinyConfig, out: Path) -> dict[str, Any]:
         if config.sft_steps
         else {}
     )
-    model.save_pretrained(out)
+    model.save_pretrained(out, is_main_process=True)  # every rank saves its own copy
     tokenizer.save_pretrained(out)
     (out / FORMATS_FILE).write_text(json.dumps(config.formats, indent=1))
     logger.info("built tiny model in %s (%s)", out, stats)

@@ -188,3 +188,17 @@ def test_tools_go_through_the_native_template_argument(countdown_policy_factory)
         obs
         == "<|im_end|>\n<|im_start|>user\n<tool_response>\nok\n</tool_response><|im_end|>\n<|im_start|>assistant\n"
     )
+
+
+def test_a_cached_tiny_model_without_weights_is_rebuilt_not_loaded(tmp_path):
+    """A marker with no config/weights (a save skipped on a non-main rank) is not a cache hit."""
+    from trace_gym.agents.tiny import default_test_config, tiny_model_dir
+
+    config = default_test_config(envs=("trace/Countdown-v0",), sft_steps=0, episodes_per_env=4)
+    broken = tmp_path / config.key()
+    broken.mkdir()
+    (broken / "trace_gym_tiny.json").write_text("{}")
+    (broken / "tokenizer.json").write_text("{}")
+    out = tiny_model_dir(config, cache_dir=tmp_path)
+    assert out == broken and (out / "config.json").exists()
+    assert any(out.glob("*.safetensors"))
