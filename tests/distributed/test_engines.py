@@ -105,6 +105,21 @@ def tiny_dir():
     return str(tiny_model_dir(default_test_config(envs=("trace/Countdown-v0",), sft_steps=60)))
 
 
+def _weight_synced_pool(ray_local, driver, engines):
+    """HF engines fed the driver's weights by the trainer's export / load functions."""
+    from trace_gym.distributed.engine import EnginePool
+
+    return EnginePool(
+        ray_local,
+        driver,
+        engines,
+        cpus=0.25,
+        batching="batch",
+        export="trace_gym.trainers.sync:engine_weights",
+        apply="trace_gym.trainers.sync:load_engine_weights",
+    )
+
+
 def _countdown_conv(seed):
     from trace_gym.policy import Conversation
 
@@ -118,19 +133,9 @@ def test_hf_engines_take_the_trainers_weights_by_version(ray_local, tiny_dir):
     import torch
     from trace_gym.agents.hf import HFPolicy
 
-    from trace_gym.distributed.engine import EnginePool
-
     torch.manual_seed(0)
     driver = HFPolicy.from_pretrained(tiny_dir, max_new_tokens=24)
-    pool = EnginePool(
-        ray_local,
-        driver,
-        2,
-        cpus=0.25,
-        batching="batch",
-        export="trace_gym.trainers.sync:engine_weights",
-        apply="trace_gym.trainers.sync:load_engine_weights",
-    )
+    pool = _weight_synced_pool(ray_local, driver, 2)
     try:
         convs = [_countdown_conv(s) for s in (1, 2)]
         pool.begin_step(0, driver)
@@ -160,22 +165,12 @@ def test_hf_engines_take_a_lora_policys_merged_weights(ray_local, tiny_dir):
     from trace_gym.trainers.builders import apply_lora
     from trace_gym.trainers.config import PolicyConfig
 
-    from trace_gym.distributed.engine import EnginePool
-
     torch.manual_seed(0)
     driver = HFPolicy.from_pretrained(tiny_dir, max_new_tokens=24)
     driver.model = apply_lora(
         driver.model, PolicyConfig(kind="hf", path=tiny_dir, lora=True, lora_r=4)
     )
-    pool = EnginePool(
-        ray_local,
-        driver,
-        1,
-        cpus=0.25,
-        batching="batch",
-        export="trace_gym.trainers.sync:engine_weights",
-        apply="trace_gym.trainers.sync:load_engine_weights",
-    )
+    pool = _weight_synced_pool(ray_local, driver, 1)
     try:
         convs = [_countdown_conv(s) for s in (1, 2)]
         pool.begin_step(0, driver)

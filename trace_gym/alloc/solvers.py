@@ -650,10 +650,9 @@ def solve_roots_costed(
     w, units = w // g, units // g
     classes, inv = np.unique(w, return_inverse=True)
     if classes.size == 1:  # one cost: the flat problem, best total <= budget
-        sub = solve_roots(
+        return solve_roots(
             v, units // int(classes[0]), m_max, exact_budget=False, concentrations=conc
         )
-        return RootSolution(sub.counts, _root_objective(v, conc, sub.counts))
     order = np.argsort(inv, kind="stable")  # prompts grouped by class, in order inside each
     vs, cs = v[order], None if conc is None else conc[order]
     inc = root_increments(vs, m_max) if cs is None else _posterior_increments(vs, cs, m_max)
@@ -804,7 +803,7 @@ class _CostClasses:
         later gain). All are read off the band.
         """
         j = b - cb.top
-        if b == 0 or cb.band[j - 1] % self.m_max != 0:  # no prompt left at m = 1
+        if not self._left_at_one(cb, b):
             return float(cb.band_cum[j])
         base = float(cb.band_cum[j - 1])
         band, m = cb.band, self.m_max
@@ -822,24 +821,31 @@ class _CostClasses:
         gain = max(move1, move2)
         return base + gain if np.isfinite(gain) else -np.inf
 
+    def _left_at_one(self, cb: _ClassBand, b: int) -> bool:
+        """Whether the class's best b items leave a prompt at m = 1 (the b-th is a first gain)."""
+        return b > 0 and cb.band[b - cb.top - 1] % self.m_max == 0
+
     def _exact_counts(self, k: int, cb: _ClassBand, b: int) -> np.ndarray:
         """Class k's counts for exactly b rollouts (the value `_exact` gives)."""
-        g = self._counts(k, cb, b)
-        if b == 0 or cb.band[b - cb.top - 1] % self.m_max != 0:
-            return g
+        if not self._left_at_one(cb, b):
+            return self._counts(k, cb, b)
         fixed = repair_counts(self.inc_k[k], self._counts(k, cb, b - 1), self.m_max)
         assert fixed is not None  # the box only keeps feasible counts
         return fixed[0]
 
     # ---------------------------------------------------------------- the box DP
-    def solve(self) -> np.ndarray:
-        """Counts per prompt (grouped by class, as `inc`)."""
-        spread = 16 + 4 * int(np.sqrt(self.units / self.w.mean() * 4096 / self.starts[-1]) + 1)
+    def _bands_from(self, spread: int) -> tuple[list[_ClassBand], np.ndarray, int]:
+        """`_bands` at `spread`, widened 4x until its bracket holds; (bands, LP counts, spread)."""
         got = self._bands(spread)
         while got is None:
             spread *= 4
             got = self._bands(spread)
-        bands, centre = got
+        return got[0], got[1], spread
+
+    def solve(self) -> np.ndarray:
+        """Counts per prompt (grouped by class, as `inc`)."""
+        spread = 16 + 4 * int(np.sqrt(self.units / self.w.mean() * 4096 / self.starts[-1]) + 1)
+        bands, centre, spread = self._bands_from(spread)
         caps = np.array(
             [min(cb.size, self.units // int(wk)) for cb, wk in zip(bands, self.w, strict=True)]
         )
@@ -851,12 +857,8 @@ class _CostClasses:
                 (lo[k] <= cb.top and cb.top > 0) or hi[k] > cb.top + cb.band.size
                 for k, cb in enumerate(bands)
             ):
-                spread *= 4  # the box left the band: widen it
-                got = self._bands(spread)
-                while got is None:
-                    spread *= 4
-                    got = self._bands(spread)
-                bands, best_value = got[0], -np.inf  # values are relative to the band
+                bands, _, spread = self._bands_from(spread * 4)  # the box left the band
+                best_value = -np.inf  # values are relative to the band
                 continue
             value, b = self._box(bands, lo, hi)
             if value <= best_value + 1e-12:
@@ -1312,8 +1314,11 @@ def split_costed_budget(counts: Sequence[int], costs: Sequence[float], total: in
     base = np.floor(quota + 1e-12).astype(np.int64)
     left = total - float(c @ base)
     frac = quota - base
+    cheapest = float(c.min())
     for i in np.lexsort((np.arange(w.size), -frac)):
-        if frac[i] <= 0 or left < c[i] - 1e-9:
+        if frac[i] <= 0 or left < cheapest - 1e-9:
+            break  # remainders are sorted: none later, and nothing left to buy
+        if left < c[i] - 1e-9:
             continue
         base[i] += 1
         left -= c[i]
