@@ -55,13 +55,15 @@ def hf_policy(model_dir: str | Path, **sampling: Any) -> Any:
 
 def vllm_engine(model_dir: str | Path, **engine_kwargs: Any) -> Any:
     """A vLLM ``LLM`` on a model directory: fp32, prefix caching, eager, small context."""
+    from trace_gym.agents.vllm_backend import new_llm
+
     vllm_env()
-    vllm = require("vllm", "vllm")
+    require("vllm", "vllm")
     kw: dict[str, Any] = dict(
         dtype="float32", enable_prefix_caching=True, enforce_eager=True, max_model_len=2048, seed=0
     )
     kw.update(engine_kwargs)
-    return vllm.LLM(model=str(model_dir), **kw)
+    return new_llm(str(model_dir), **kw)
 
 
 def vllm_policy(model_dir: str | Path, llm: Any = None, **sampling: Any) -> Any:

@@ -38,6 +38,7 @@ raises `DependencyNotInstalled`. Tests drive it with a fake engine that honours
 from __future__ import annotations
 
 import logging
+import sys
 from collections.abc import Sequence
 from typing import Any
 
@@ -48,7 +49,7 @@ from trace_gym.agents.hf import SamplingConfig
 from trace_gym.errors import ConfigError, DependencyNotInstalled
 from trace_gym.policy import Conversation, PolicyOutput
 
-__all__ = ["VLLMPolicy"]
+__all__ = ["VLLMPolicy", "new_llm"]
 
 logger = logging.getLogger(__name__)
 
@@ -59,6 +60,41 @@ def _vllm():
     except ImportError as e:
         raise DependencyNotInstalled("vLLM", 'pip install "trace-gym[vllm]" (GPU machines)') from e
     return vllm
+
+
+def new_llm(model: str, **engine_kwargs: Any) -> Any:
+    """``vllm.LLM(model=model, **engine_kwargs)``, safe to build after numba was imported.
+
+    vLLM (0.32, CPU platform) rebinds its Triton kernels at engine start by scanning every
+    module namespace and calling ``vars(value).get("kernel")`` on each value with a
+    ``__dict__``. llvmlite's lock-wrapped library handle (``llvmlite.binding.ffi.lib``,
+    loaded with numba: the HotpotQA retriever's batched BM25 kernels) answers *any* missing
+    attribute with a wrapped C function, ``__dict__`` included, and the engine fails with
+    ``'_lib_fn_wrapper' object has no attribute 'get'``. `_dunder_safe_llvmlite` makes the
+    handle raise ``AttributeError`` for dunder names instead, as ``ctypes.CDLL`` itself does.
+    """
+    _dunder_safe_llvmlite()
+    return _vllm().LLM(model=model, **engine_kwargs)
+
+
+def _dunder_safe_llvmlite() -> None:
+    """Missing ``__dunder__`` attributes of llvmlite's library wrapper raise (idempotent).
+
+    A no-op while llvmlite is not imported: the scan only meets modules already loaded.
+    """
+    ffi = sys.modules.get("llvmlite.binding.ffi")
+    wrapper = getattr(ffi, "_lib_wrapper", None)
+    if wrapper is None or getattr(wrapper, "_dunder_safe", False):
+        return
+    fallback = wrapper.__getattr__
+
+    def __getattr__(self: Any, name: str) -> Any:
+        if name.startswith("__") and name.endswith("__"):
+            raise AttributeError(name)  # C symbols are never dunders (ctypes.CDLL's rule)
+        return fallback(self, name)
+
+    wrapper.__getattr__ = __getattr__
+    wrapper._dunder_safe = True
 
 
 class VLLMPolicy:
@@ -81,13 +117,12 @@ class VLLMPolicy:
         if llm is None:
             if model is None:
                 raise ConfigError("pass a model path/hub id or a ready engine (llm=...)")
-            vllm = _vllm()
             engine_kwargs.setdefault("enable_prefix_caching", True)
             engine_kwargs.setdefault("logprobs_mode", "processed_logprobs")
             if lora_path or lora:
                 engine_kwargs.setdefault("enable_lora", True)
                 engine_kwargs.setdefault("max_lora_rank", max_lora_rank)
-            llm = vllm.LLM(model=model, **engine_kwargs)
+            llm = new_llm(model, **engine_kwargs)
         if sampling_params_cls is None:
             sampling_params_cls = _vllm().SamplingParams
         self.llm = llm

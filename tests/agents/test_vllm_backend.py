@@ -154,3 +154,36 @@ def test_n_sampling_and_overflow(policies):
     vp.max_context = 10
     out = vp.generate([_conv()])[0]
     assert out.finish_reason == "overflow" and out.token_ids == []
+
+
+def _vllm_kernel_scan() -> None:
+    """What vLLM 0.32's CPU platform does at engine start (triton_utils.dispatcher._rebind_kernels)."""
+    import sys
+
+    for module in list(sys.modules.values()):
+        namespace = getattr(module, "__dict__", None) or {}
+        for value in list(namespace.values()):
+            if hasattr(value, "__dict__"):
+                vars(value).get("kernel")
+
+
+def test_new_llm_builds_an_engine_after_numba_was_imported(monkeypatch):
+    import sys
+    import types
+
+    numba = pytest.importorskip("numba")
+    from llvmlite.binding import ffi
+    from trace_gym.agents.vllm_backend import new_llm
+
+    built = {}
+
+    def fake_llm(model, **kwargs):
+        _vllm_kernel_scan()  # raises if any loaded module still fabricates a __dict__
+        built.update(model=model, **kwargs)
+        return "engine"
+
+    monkeypatch.setitem(sys.modules, "vllm", types.SimpleNamespace(LLM=fake_llm))
+    assert new_llm("tiny", seed=0) == "engine" and built == {"model": "tiny", "seed": 0}
+    assert not hasattr(ffi.lib, "__dict__")  # a dunder is no C symbol
+    assert ffi.lib.LLVMPY_GetVersionInfo() > 0  # real symbols still resolve
+    assert numba.njit(lambda x: x + 1)(41) == 42  # and numba still compiles

@@ -26,6 +26,8 @@ T, TOP_P = 0.7, 0.9
 
 @pytest.fixture(scope="module")
 def llm(model_dir):
+    import numba  # noqa: F401  (llvmlite loaded, as in a HotpotQA run: see vllm_backend.new_llm)
+
     # processed logprobs: log_softmax(logits / T), before top-p (see test_logprobs_match_hf)
     return vllm_engine(
         model_dir, enable_lora=True, max_lora_rank=8, logprobs_mode="processed_logprobs"
