@@ -54,13 +54,19 @@ def hf_policy(model_dir: str | Path, **sampling: Any) -> Any:
 
 
 def vllm_engine(model_dir: str | Path, **engine_kwargs: Any) -> Any:
-    """A vLLM ``LLM`` on a model directory: fp32, prefix caching, eager, small context."""
+    """A vLLM ``LLM`` on a model directory: fp32, prefix caching, eager, small context, and
+    the logprobs of the distribution sampled from (as a `VLLMPolicy` building its own asks)."""
     from trace_gym.agents.vllm_backend import new_llm
 
     vllm_env()
     require("vllm", "vllm")
     kw: dict[str, Any] = dict(
-        dtype="float32", enable_prefix_caching=True, enforce_eager=True, max_model_len=2048, seed=0
+        dtype="float32",
+        enable_prefix_caching=True,
+        enforce_eager=True,
+        max_model_len=2048,
+        seed=0,
+        logprobs_mode="processed_logprobs",
     )
     kw.update(engine_kwargs)
     return new_llm(str(model_dir), **kw)

@@ -18,7 +18,7 @@ side_venv_begin "$VENV" vllm "trace_gym, vllm" scripts/setup_vllm_venv.sh
 "$PY" -m pip uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
 "$PY" -m pip install -q --no-deps -e .
 "$PY" -m pip install -q "numpy>=1.26" "gymnasium>=1.0" "sympy>=1.12" "bm25s>=0.2" "tqdm>=4.60" \
-  "matplotlib>=3.7" "PyStemmer>=2.2" "peft>=0.11" "pytest>=8" "pytest-timeout>=2.3" "hypothesis>=6" "torch==2.13.0" \
+  "matplotlib>=3.7" "PyStemmer>=2.2" "peft>=0.11" "ray==2.60.0" "pytest>=8" "pytest-timeout>=2.3" "hypothesis>=6" "torch==2.13.0" \
   "transformers<5.20"
 "$PY" -m pip uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
 VLLM_ENABLE_V1_MULTIPROCESSING=0 "$PY" -c "import vllm, trace_gym.agents"

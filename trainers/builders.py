@@ -33,6 +33,7 @@ __all__ = [
     "build_policy",
     "build_runner",
     "engine_options",
+    "vllm_engines",
     "load_trainer_model",
     "train_task_ids",
     "trainable_model",
@@ -156,23 +157,40 @@ def train_task_ids(env_factory: Callable[[], gym.Env], train_tasks: int | None) 
     return per_member(ids, train_tasks)  # a mixture: the first train_tasks of each member
 
 
-def engine_options(ro: RolloutConfig, policy: Any) -> dict[str, Any]:
-    """Ray engine-pool options: HF weights travel by version through `sync.py`'s engine hooks."""
+def engine_options(
+    ro: RolloutConfig, policy: Any, pcfg: PolicyConfig | None = None
+) -> dict[str, Any]:
+    """Ray engine-pool options: HF weights travel by version through `sync.py`'s engine hooks.
+
+    With `vllm_engines` (``policy.kind = "vllm"``) every engine builds its own `VLLMPolicy`
+    from `pcfg` (``RayConfig.engine_policy``) and loads the pushed weights through vLLM's
+    ``reload_weights``; the driver's `policy` is the HF copy the trainer trains.
+    """
     if not ro.ray_engines or ro.ray_address is None:
         return {}
     opts: dict[str, Any] = {
         "num_engines": ro.ray_engines,
         "engine_batching": "batch",
         "engine_max_batch": ro.runner.max_batch,
+        "engine_gpus": ro.ray_engine_gpus,
     }
+    if pcfg is not None and vllm_engines(pcfg, ro):
+        from trace_gym.distributed import WorkerPolicy
+
+        opts["engine_policy"] = WorkerPolicy(build_policy, pcfg)
     if (
         getattr(policy, "model", None) is not None
-    ):  # an in-process HF policy (vLLM: not from the trainer)
+    ):  # an in-process HF policy (the trainer's, or the driver's copy for vLLM engines)
         opts.update(
             engine_export="trace_gym.trainers.sync:engine_weights",
             engine_apply="trace_gym.trainers.sync:load_engine_weights",
         )
     return opts
+
+
+def vllm_engines(pcfg: PolicyConfig, ro: RolloutConfig) -> bool:
+    """Whether vLLM generates on Ray engine actors (not in the driver) in this run."""
+    return pcfg.kind == "vllm" and ro.ray_engines > 0 and ro.ray_address is not None
 
 
 @dataclass
@@ -194,6 +212,9 @@ def build_model(cfg: TrainConfig, policy: Any = None) -> ModelParts:
     """Seed torch, then build (or take) the policy, its trainable model, the KL reference
     and the AdamW optimiser."""
     torch.manual_seed(cfg.seed)
+    if policy is None and vllm_engines(cfg.policy, cfg.rollout):
+        # the engines build the vLLM engines; the driver trains (and exports) an HF copy
+        policy = build_policy(replace(cfg.policy, kind="hf"))
     policy = policy if policy is not None else build_policy(cfg.policy)
     model = trainable_model(cfg.policy, policy)
     sync_mode = sync_weights(policy, model)
@@ -233,7 +254,7 @@ def build_runner(
         replace(ro.runner, seed=cfg.seed),
         ray_address=ro.ray_address,
         num_workers=ro.ray_workers,
-        **engine_options(ro, policy),
+        **engine_options(ro, policy, cfg.policy),
     )
     return allocator, runner
 

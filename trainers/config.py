@@ -284,8 +284,12 @@ class RolloutConfig:
     #: Ray rollout workers (with `ray_address`; see docs/distributed.md)
     ray_workers: int = 2
     #: generation-engine actors the workers call (with `ray_address`; 0: the policy on
-    #: each worker). The trainer's weights reach them by version after every step.
+    #: each worker). The trainer's weights reach them by version after every step. With
+    #: ``policy.kind = "vllm"`` each engine builds its own vLLM engine on `policy.path` and
+    #: the driver keeps only the HF copy it trains (docs/distributed.md)
     ray_engines: int = 0
+    #: GPUs reserved per engine actor (1 for a vLLM engine on a GPU node)
+    ray_engine_gpus: float = 0.0
     #: asynchronous rollouts: step t+1's trees grow (in a background thread, from a frozen
     #: copy of the policy) while step t trains, at most this many updates stale; samples
     #: past it are dropped, stale ones weighted by a truncated importance ratio
@@ -313,6 +317,8 @@ class RolloutConfig:
                 f"rollout.group_size must be >= 2 (a prompt's rollouts are compared with "
                 f"each other), got {self.group_size}"
             )
+        if self.ray_engine_gpus < 0:
+            raise ConfigError(f"rollout.ray_engine_gpus must be >= 0, got {self.ray_engine_gpus}")
         if self.ray_engines < 0 or self.ray_workers < 1:
             raise ConfigError(
                 f"rollout.ray_engines must be >= 0 and rollout.ray_workers >= 1, got "

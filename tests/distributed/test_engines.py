@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 
 from trace_gym.alloc import make_allocator
-from trace_gym.distributed import RayConfig, RayRunner
-from trace_gym.distributed.testing import CrashOnCall
+from trace_gym.distributed import RayConfig, RayRunner, WorkerPolicy
+from trace_gym.distributed.testing import CrashOnCall, crash_on_call
+from trace_gym.errors import ConfigError
 from trace_gym.predict import make_predictor
 from trace_gym.runner import BranchingRunner, RunnerConfig
 from trace_gym.testing import CountdownEnv, RandomCountdownPolicy
@@ -95,6 +96,66 @@ def test_when_every_engine_died_the_prompts_rerun_on_fresh_engines():
     finally:
         local.close()
         remote.close()
+
+
+_PUSH_ANSWER_PROB = dict(
+    engine_export="trace_gym.distributed.testing:export_answer_prob",
+    engine_apply="trace_gym.distributed.testing:load_answer_prob",
+)
+
+
+def test_engines_that_build_their_own_policy_take_the_drivers_weights_by_version():
+    """``engine_policy``: each engine builds its policy (as a vLLM engine would be); the
+    driver's policy is only the source of versions and of the pushed weights."""
+    local = BranchingRunner(*_args(Versioned()))
+    remote = _ray(Versioned(), engine_policy=WorkerPolicy(Versioned), **_PUSH_ANSWER_PROB)
+    try:
+        for step in range(3):
+            if step == 2:
+                for r in (local, remote):
+                    r.policy.answer_prob, r.policy.version = 0.6, 1
+            _same(local.run_step(step, TASKS), remote.run_step(step, TASKS))
+        assert remote._engines.pushes == 2 and remote._engines.own_policy
+        assert all(s["version"] == 1 for s in remote._engines.stats())
+    finally:
+        local.close()
+        remote.close()
+
+
+def test_self_built_engines_without_an_export_are_told_the_step_only():
+    """Without ``engine_export`` a new driver version pushes nothing: the engines keep the
+    policy they built (the pickled driver policy never replaces it)."""
+    local = BranchingRunner(*_args(RandomCountdownPolicy()))
+    remote = _ray(Versioned(), engine_policy=WorkerPolicy(RandomCountdownPolicy))
+    try:
+        remote.policy.answer_prob, remote.policy.version = 0.9, 1  # not seen by the engines
+        _same(local.run_step(0, TASKS), remote.run_step(0, TASKS))
+        assert remote._engines.pushes == 0
+    finally:
+        local.close()
+        remote.close()
+
+
+def test_a_self_built_engine_killed_mid_step_loses_no_tree():
+    local = BranchingRunner(*_args(RandomCountdownPolicy()))
+    crashing = WorkerPolicy(crash_on_call, WorkerPolicy(RandomCountdownPolicy), call=3, engine=0)
+    remote = _ray(RandomCountdownPolicy(), workers=1, engine_policy=crashing)
+    try:
+        for step in range(2):
+            a, b = local.run_step(step, TASKS), remote.run_step(step, TASKS)
+            _same(a, b)
+            assert len({t.prompt_id for t in b.trees}) == len(b.trees) == b.report.selected
+        assert remote._engines.replaced == 1
+    finally:
+        local.close()
+        remote.close()
+
+
+def test_engine_policy_must_be_a_worker_policy():
+    with pytest.raises(ConfigError, match="engine_policy must be a WorkerPolicy"):
+        RayConfig(num_engines=1, engine_policy=RandomCountdownPolicy())
+    with pytest.raises(ConfigError, match="needs num_engines"):
+        RayConfig(engine_policy=WorkerPolicy(RandomCountdownPolicy))
 
 
 @pytest.fixture(scope="module")

@@ -392,6 +392,11 @@ class EnginePool:
     with ``export``/``apply`` ("module:function" strings, e.g. the trainers' weight
     sync) the weights ``export(policy)`` returns, which each engine loads with
     ``apply(engine_policy, weights)``.
+
+    With `engine_policy` (a `WorkerPolicy`) the engines build their own policy from it
+    (a vLLM engine each, say) and `policy` - the trainer's, in the driver - is only the
+    source of versions and of the weights ``export`` takes from it; without ``export``
+    such engines are told the step and never pushed anything.
     """
 
     def __init__(
@@ -404,17 +409,22 @@ class EnginePool:
         gpus: float = 0.0,
         export: str | None = None,
         apply: str | None = None,
+        engine_policy: WorkerPolicy | None = None,
         **engine_kw: Any,
     ):
         if n < 1:
             raise ConfigError(f"num_engines must be >= 1, got {n}")
         self.ray, self.n, self.engine_kw = ray, n, engine_kw
         self.export, self.apply = export, apply
-        self._blob = dumps(policy)
+        #: the engines host their own policy: never replaced by a pickled driver policy
+        self.own_policy = engine_policy is not None
+        #: ... and are never pushed weights (no ``export``): told the step only, version None
+        self._keeps_own = self.own_policy and export is None
+        self._blob = dumps(engine_policy if engine_policy is not None else policy)
         self._options = dict(num_cpus=cpus, num_gpus=gpus, max_restarts=0, max_concurrency=256)
         self._actor_cls = ray.remote(Engine)
         self._next = 0
-        self.version: Any = policy_version(policy)
+        self.version: Any = None if self._keeps_own else policy_version(policy)
         self.pushed: tuple[Any, int] | None = None  # (version, step) last pushed
         self._payload: bytes | None = None
         self._apply: str | None = None
@@ -499,10 +509,13 @@ class EnginePool:
         An engine that dies during the push is replaced (`ensure`) and the fresh one
         gets this push.
         """
-        version = self.version = policy_version(policy)
+        # engines that keep the policy they built have no version the driver could give
+        version = self.version = None if self._keeps_own else policy_version(policy)
         same = self.pushed is not None and version is not None and self.pushed[0] == version
         apply: str | None
-        if isinstance(policy, WorkerPolicy) or same:  # nothing new to load: tell the step only
+        if (
+            isinstance(policy, WorkerPolicy) or self._keeps_own or same
+        ):  # nothing new to load: tell the step only
             payload, apply = dumps(None), _KEEP
         else:
             if self.export is not None:

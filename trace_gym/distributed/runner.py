@@ -129,6 +129,11 @@ class RayConfig:
     #: from the driver's policy and loading them into an engine's (trainers' sync code)
     engine_export: str | None = None
     engine_apply: str | None = None
+    #: a `WorkerPolicy` each engine builds for itself (a `VLLMPolicy` on a local model
+    #: directory, say) instead of a copy of the driver's policy; the driver's policy stays
+    #: the source of versions and, with `engine_export`/`engine_apply`, of the weights
+    #: pushed to the engines (without them only the step is)
+    engine_policy: Any = None
 
     def __post_init__(self) -> None:
         if not self.address:
@@ -148,6 +153,13 @@ class RayConfig:
         if (self.engine_export is None) != (self.engine_apply is None):
             raise ConfigError("engine_export and engine_apply go together (both or neither)")
         Latency(self.engine_latency_s, self.engine_latency_sigma)  # validates
+        if self.engine_policy is not None and not isinstance(self.engine_policy, WorkerPolicy):
+            raise ConfigError(
+                "engine_policy must be a WorkerPolicy (the engines build it themselves), "
+                f"got {type(self.engine_policy).__name__}"
+            )
+        if self.engine_policy is not None and not self.num_engines:
+            raise ConfigError("engine_policy needs num_engines >= 1")
 
     def engine_kwargs(self) -> dict[str, Any]:
         """`EnginePool` keyword arguments of these settings."""
@@ -156,6 +168,7 @@ class RayConfig:
             gpus=self.engine_gpus,
             export=self.engine_export,
             apply=self.engine_apply,
+            engine_policy=self.engine_policy,
             batching=self.engine_batching,
             slots=self.engine_slots,
             max_batch=self.engine_max_batch,

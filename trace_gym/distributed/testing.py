@@ -1,7 +1,8 @@
 """Policy wrappers for testing and benchmarking the Ray runner.
 
 - `CrashOnCall`: deterministic fault injection - the wrapped policy's process exits on
-  its k-th ``generate`` call, on one chosen rollout worker only;
+  its k-th ``generate`` call, on one chosen rollout worker (or engine) only;
+  `crash_on_call` builds one around a `WorkerPolicy` where it lands;
 - `LatencyPolicy`: a simulated latency per ``generate`` call (fixed, or the engines'
   heavy-tailed one), so a benchmark measures how many calls run concurrently (or what
   overlaps them) rather than how fast these cores are.
@@ -19,12 +20,18 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from trace_gym.distributed.worker import current_worker
+from trace_gym.distributed.worker import WorkerPolicy, current_worker
 from trace_gym.errors import ConfigError
 from trace_gym.policy import Conversation, PolicyOutput
 from trace_gym.scheduling import set_step
 
-__all__ = ["CrashOnCall", "LatencyPolicy"]
+__all__ = [
+    "CrashOnCall",
+    "LatencyPolicy",
+    "crash_on_call",
+    "export_answer_prob",
+    "load_answer_prob",
+]
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +44,12 @@ class _Wrapper:
 
     def set_step(self, step: int) -> None:
         set_step(self.policy, step)
+
+    def __getattr__(self, name: str) -> Any:
+        """Other attributes (``version``, ``llm`` for a weight push ...) are the wrapped policy's."""
+        if name == "policy":  # not set yet (unpickling): no recursion
+            raise AttributeError(name)
+        return getattr(self.policy, name)
 
 
 class CrashOnCall(_Wrapper):
@@ -72,6 +85,15 @@ class CrashOnCall(_Wrapper):
         return self.policy.generate(conversations)
 
 
+def crash_on_call(
+    policy: WorkerPolicy, call: int, worker: int | None = None, engine: int | None = None
+) -> CrashOnCall:
+    """`CrashOnCall` around a policy built here: ``WorkerPolicy(crash_on_call, inner, call=2,
+    engine=0)`` makes engines that host their own policy (``RayConfig.engine_policy``, a
+    vLLM engine each) crash as the wrapped driver policy would."""
+    return CrashOnCall(policy.build(), call, worker=worker, engine=engine)
+
+
 class LatencyPolicy(_Wrapper):
     """Sleeps a simulated latency per ``generate`` call, then answers with the wrapped policy.
 
@@ -100,7 +122,13 @@ class LatencyPolicy(_Wrapper):
         time.sleep(self.wait_s(conversations))
         return self.policy.generate(conversations)
 
-    def __getattr__(self, name: str) -> Any:
-        if name == "policy":  # not set yet (unpickling): no recursion
-            raise AttributeError(name)
-        return getattr(self.policy, name)
+
+def export_answer_prob(policy: Any) -> float:
+    """The "weights" of `trace_gym.testing`'s countdown policies (their ``answer_prob``), for
+    tests of weight pushes by version (``RayConfig(engine_export=...)``)."""
+    return float(policy.answer_prob)
+
+
+def load_answer_prob(policy: Any, answer_prob: float) -> None:
+    """Load what `export_answer_prob` exported into an engine's policy."""
+    policy.answer_prob = answer_prob
