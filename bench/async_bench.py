@@ -13,6 +13,11 @@ One run measures every ``--staleness`` k (default 0, 1, 2) side by side, on two 
   generation time of a synchronous step; R = 1: they cost the same). The simulator's
   policy does not learn, so every k generates the same trees with the same latency
   draws: the arms are paired.
+- ``tiny-ray`` (not in the default run): the same trainer with generation in another
+  process - the Ray runner with one env worker and one HF engine actor
+  (``rollout.ray_engines = 1``), the weights pushed to the engine by version, the same
+  simulated latency as the engine's own (`Latency`, per batched call) - so the producer
+  thread in the driver mostly waits on Ray and the update has the driver's GIL.
 - ``tiny``: the real `trace_gym.trainers.loop.Trainer` (``rollout.max_staleness = k``)
   on the tiny local Qwen3 (built on this machine, `trace_gym.agents.tiny`) on
   ``trace/Sim-v0``: real HF generation plus the same simulated latency per policy call,
@@ -46,14 +51,14 @@ from trace_gym.errors import ConfigError
 
 __all__ = ["AsyncBenchConfig", "format_async_bench", "main", "run_async_bench"]
 
-BACKENDS = ("sim", "tiny")
+BACKENDS = ("sim", "tiny", "tiny-ray")
 
 
 @dataclass
 class AsyncBenchConfig:
     """One comparison (CLI: `trace-gym bench async`)."""
 
-    backends: tuple[str, ...] = BACKENDS
+    backends: tuple[str, ...] = ("sim", "tiny")
     staleness: tuple[int, ...] = (0, 1, 2)
     #: steps per (backend, k), all timed (the first k cannot overlap: part of the price)
     steps: int = 12
@@ -182,7 +187,7 @@ def _row(
 
 
 # ---------------------------------------------------------------------- tiny-model rows
-def _tiny_config(cfg: AsyncBenchConfig, k: int, out_dir: str) -> Any:
+def _tiny_config(cfg: AsyncBenchConfig, k: int, out_dir: str, ray: bool = False) -> Any:
     from trace_gym.bench.train import DEFAULT_CONFIG
     from trace_gym.trainers.config import TrainConfig
 
@@ -195,10 +200,18 @@ def _tiny_config(cfg: AsyncBenchConfig, k: int, out_dir: str) -> Any:
     d["algo"]["skip_zero_advantage"] = False
     if cfg.max_batch is not None:
         d["rollout"]["max_batch"] = cfg.max_batch
+    if ray:  # generation on one engine actor, the latency the engine's own
+        d["rollout"].update(ray_address="local", ray_workers=1, ray_engines=1)
+        d["rollout"]["ray_options"] = {
+            "engine_latency_s": cfg.latency_s,
+            "engine_latency_sigma": cfg.latency_sigma,
+            "worker_cpus": 0.5,
+            "engine_cpus": 0.5,
+        }
     return TrainConfig.from_dict(d)
 
 
-def _tiny_row(cfg: AsyncBenchConfig, k: int) -> dict[str, Any]:
+def _tiny_row(cfg: AsyncBenchConfig, k: int, ray: bool = False) -> dict[str, Any]:
     from trace_gym.trainers.loop import Trainer
 
     from trace_gym.async_rollouts import policy_snapshot
@@ -217,7 +230,8 @@ def _tiny_row(cfg: AsyncBenchConfig, k: int) -> dict[str, Any]:
             return LatencyPolicy(policy_snapshot(policy), lat, sigma)
 
     with tempfile.TemporaryDirectory(prefix="bench-async-") as tmp:
-        tr = LatencyTrainer(_tiny_config(cfg, k, tmp))
+        config = _tiny_config(cfg, k, tmp, ray)
+        tr = Trainer(config) if ray else LatencyTrainer(config)
         try:
             t0 = time.perf_counter()
             hist = tr.run()
@@ -225,7 +239,7 @@ def _tiny_row(cfg: AsyncBenchConfig, k: int) -> dict[str, Any]:
         finally:
             tr.runner.close()
     return _row(
-        "tiny",
+        "tiny-ray" if ray else "tiny",
         k,
         wall,
         len(hist),
@@ -259,6 +273,12 @@ def _merge(runs: list[dict[str, Any]], sync: list[dict[str, Any]]) -> dict[str, 
     return row
 
 
+def _backend_row(cfg: AsyncBenchConfig, backend: str, k: int) -> dict[str, Any]:
+    if backend == "sim":
+        return _sim_row(cfg, k)
+    return _tiny_row(cfg, k, ray=backend == "tiny-ray")
+
+
 def run_async_bench(cfg: AsyncBenchConfig) -> dict[str, Any]:
     """Every (backend, k) row (`repeats` runs each, interleaved) with its ratio to the same
     backend's synchronous row."""
@@ -272,7 +292,7 @@ def run_async_bench(cfg: AsyncBenchConfig) -> dict[str, Any]:
         runs: dict[int, list[dict[str, Any]]] = {k: [] for k in cfg.staleness}
         for _ in range(cfg.repeats):  # k interleaved: a change of load hits every k alike
             for k in cfg.staleness:
-                runs[k].append(_sim_row(cfg, k) if backend == "sim" else _tiny_row(cfg, k))
+                runs[k].append(_backend_row(cfg, backend, k))
         rows += [_merge(runs[k], runs[0]) for k in cfg.staleness]
     goal = [r for r in rows if r["staleness"] == 1]
     return {
@@ -322,7 +342,9 @@ def _ints(text: str) -> tuple[int, ...]:
 def _parser() -> Parser:
     p = Parser(prog="trace-gym bench async", description=__doc__.split("\n")[0])
     d = AsyncBenchConfig()
-    p.add_argument("--backends", default=",".join(d.backends), help="sim, tiny (comma-separated)")
+    p.add_argument(
+        "--backends", default=",".join(d.backends), help="sim, tiny, tiny-ray (comma-separated)"
+    )
     p.add_argument("--staleness", default="0,1,2", help="max_staleness values; 0 is required")
     p.add_argument("--steps", type=int, default=d.steps, help="steps per simulator row")
     p.add_argument(

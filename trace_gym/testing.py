@@ -109,3 +109,16 @@ class RandomCountdownPolicy:
             ids = [ord(c) for c in text]
             out.append(PolicyOutput(text=text, token_ids=ids, logprobs=[-1.0] * len(ids)))
         return out
+
+
+class VersionedCountdownPolicy(RandomCountdownPolicy):
+    """`RandomCountdownPolicy` whose "weights" (``answer_prob``) move with its ``version``, as
+    a trainer's do: version v answers with probability 0.1 + 0.1 v (tests of weight pushes
+    and of asynchronous rollouts)."""
+
+    def __init__(self, version: int = 0):
+        super().__init__(answer_prob=0.1)
+        self.set(version)
+
+    def set(self, version: int) -> None:
+        self.version, self.answer_prob = version, 0.1 + 0.1 * version

@@ -254,7 +254,7 @@ def build_runner(
         replace(ro.runner, seed=cfg.seed),
         ray_address=ro.ray_address,
         num_workers=ro.ray_workers,
-        **engine_options(ro, policy, cfg.policy),
+        **{**engine_options(ro, policy, cfg.policy), **ro.ray_options},
     )
     return allocator, runner
 

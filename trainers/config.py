@@ -290,6 +290,9 @@ class RolloutConfig:
     ray_engines: int = 0
     #: GPUs reserved per engine actor (1 for a vLLM engine on a GPU node)
     ray_engine_gpus: float = 0.0
+    #: any other `trace_gym.distributed.RayConfig` field (worker_cpus, engine_cpus,
+    #: engine_slots, num_cpus, init_kwargs, ...), e.g. ``{ worker_cpus = 0.5 }``
+    ray_options: dict[str, Any] = field(default_factory=dict)
     #: asynchronous rollouts: step t+1's trees grow (in a background thread, from a frozen
     #: copy of the policy) while step t trains, at most this many updates stale; samples
     #: past it are dropped, stale ones weighted by a truncated importance ratio
@@ -317,6 +320,10 @@ class RolloutConfig:
                 f"rollout.group_size must be >= 2 (a prompt's rollouts are compared with "
                 f"each other), got {self.group_size}"
             )
+        if self.ray_options and self.ray_address is None:
+            raise ConfigError(
+                "rollout.ray_options needs rollout.ray_address (the local runner uses no Ray)"
+            )
         if self.ray_engine_gpus < 0:
             raise ConfigError(f"rollout.ray_engine_gpus must be >= 0, got {self.ray_engine_gpus}")
         if self.ray_engines < 0 or self.ray_workers < 1:
@@ -339,6 +346,7 @@ class RolloutConfig:
         from trace_gym.registration import check_env_kwargs
 
         check_env_kwargs(self.env_id, self.env_kwargs, "rollout.env_kwargs")
+        check_ray_options(self.ray_options)
         check_allocator_kwargs(self.allocator, self.allocator_kwargs, "rollout.allocator_kwargs")
         if self.predictor:
             from trace_gym.predict import predictor_class
@@ -348,6 +356,37 @@ class RolloutConfig:
             except ImportError:  # an extra not installed here: building it will say so
                 return
             check_kwargs("rollout.predictor_kwargs", cls, self.predictor_kwargs)
+
+
+#: RayConfig fields `rollout.ray_options` may not set: they have rollout keys of their own
+#: or are the trainer's to set
+_RAY_OWN = {
+    "address": "ray_address",
+    "num_workers": "ray_workers",
+    "num_engines": "ray_engines",
+    "engine_gpus": "ray_engine_gpus",
+    "engine_policy": "policy.kind",
+    "engine_export": "policy",
+    "engine_apply": "policy",
+}
+
+
+def check_ray_options(options: dict[str, Any]) -> None:
+    """`rollout.ray_options` keys against `RayConfig`'s fields."""
+    from dataclasses import fields
+
+    from trace_gym.distributed.runner import RayConfig
+
+    known = {f.name for f in fields(RayConfig)}
+    for key in options:
+        if key in _RAY_OWN:
+            raise ConfigError(
+                f"rollout.ray_options.{key}: set it with rollout.{_RAY_OWN[key]}"
+                if _RAY_OWN[key].startswith("ray_")
+                else f"rollout.ray_options.{key} is set by the trainer (from {_RAY_OWN[key]})"
+            )
+        if key not in known:
+            raise unknown("rollout.ray_options key", key, sorted(known - set(_RAY_OWN)))
 
 
 @dataclass

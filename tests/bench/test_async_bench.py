@@ -73,3 +73,16 @@ def test_the_cli_writes_json_and_refuses_bad_settings_in_one_line(tmp_path, caps
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "--staleness needs 0" in err
     assert main(["--backends", "gpu"]) == 2
+
+
+@pytest.mark.slow
+def test_the_tiny_ray_rows_generate_on_an_engine_actor():
+    """``tiny-ray``: the real trainer, generation on one HF engine actor (weights pushed by
+    version), the producer one update behind at k = 1."""
+    pytest.importorskip("ray", reason='ray is not installed (pip install "trace-gym[ray]")')
+    pytest.importorskip("torch")
+    cfg = AsyncBenchConfig(backends=("tiny-ray",), staleness=(0, 1), tiny_steps=2, latency_s=0.001)
+    sync, one = run_async_bench(cfg)["rows"]
+    assert (sync["backend"], one["backend"]) == ("tiny-ray", "tiny-ray")
+    assert sync["episodes"] > 0 and one["episodes"] > 0
+    assert sync["staleness_mean"] == 0.0 and one["staleness_mean"] > 0.0

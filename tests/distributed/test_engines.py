@@ -10,7 +10,7 @@ from trace_gym.distributed.testing import CrashOnCall, crash_on_call
 from trace_gym.errors import ConfigError
 from trace_gym.predict import make_predictor
 from trace_gym.runner import BranchingRunner, RunnerConfig
-from trace_gym.testing import CountdownEnv, RandomCountdownPolicy
+from trace_gym.testing import CountdownEnv, RandomCountdownPolicy, VersionedCountdownPolicy
 
 pytestmark = pytest.mark.usefixtures("ray_local")
 
@@ -310,3 +310,37 @@ def test_engine_bench_reports_speedup_barrier_ratio_and_identical_trees(tmp_path
         ("per-prompt", 2, 1),
     ]
     assert all(0.0 <= r["idle_share"] <= 1.0 and r["episodes"] == rows[0]["episodes"] for r in rows)
+
+
+Weights = VersionedCountdownPolicy
+
+
+@pytest.mark.parametrize("k", [0, 1])
+def test_async_rollouts_on_the_ray_engine_pool_follow_the_fixed_lag(k):
+    """`AsyncRollouts` around the Ray runner (the producer thread drives the workers and
+    pushes each frozen copy to the engines): step s comes from the weights after s - k
+    updates, exactly the local runner's trees for those weights."""
+    from trace_gym.async_rollouts import AsyncRollouts
+
+    def cands(step):
+        return TASKS[step % 3 :: 2]
+
+    live, steps = Weights(), 3
+    remote = _ray(live, workers=1, engines=1)
+    local = BranchingRunner(*_args(Weights()))
+    try:
+        with AsyncRollouts(remote, cands, max_staleness=k, stop=steps) as pipe:
+            got = []
+            for step in range(steps):
+                got.append(pipe.get(step))
+                live.set(live.version + 1)  # the update
+                pipe.publish()
+        assert remote.policy is live
+        for step in range(steps):
+            local.policy = Weights(max(0, step - k))
+            ref = local.run_step(step, cands(step))
+            assert got[step].version == max(0, step - k)
+            assert [t.to_dict() for t in got[step].trees] == [t.to_dict() for t in ref.trees]
+    finally:
+        local.close()
+        remote.close()

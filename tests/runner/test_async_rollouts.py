@@ -11,21 +11,13 @@ from trace_gym.async_rollouts import AsyncRollouts, policy_snapshot, unit_stalen
 from trace_gym.errors import ConfigError
 from trace_gym.predict import make_predictor
 from trace_gym.runner import BranchingRunner, RunnerConfig
-from trace_gym.testing import CountdownEnv, RandomCountdownPolicy
+from trace_gym.testing import CountdownEnv, VersionedCountdownPolicy
 
 TASKS = [f"count-{i}" for i in range(12)]
 STEPS = 5
 
 
-class Weights(RandomCountdownPolicy):
-    """A policy whose 'weights' (answer_prob) move with its version, as a trainer's do."""
-
-    def __init__(self, version: int = 0):
-        super().__init__(answer_prob=0.1)
-        self.set(version)
-
-    def set(self, version: int) -> None:
-        self.version, self.answer_prob = version, 0.1 + 0.1 * version
+Weights = VersionedCountdownPolicy
 
 
 def _runner(policy):

@@ -57,3 +57,20 @@ def test_without_engines_kind_vllm_is_the_in_process_engine(tiny_dir):
         build_model(cfg)
     no_ray = replace(cfg, rollout=replace(cfg.rollout, ray_address=None, ray_engines=2))
     assert engine_options(no_ray.rollout, None, no_ray.policy) == {}
+
+
+def test_ray_options_reach_the_ray_config_and_bad_keys_fail_early():
+    from trace_gym.trainers.config import RolloutConfig
+
+    from trace_gym.errors import ConfigError
+
+    ok = RolloutConfig(ray_address="local", ray_options={"worker_cpus": 0.5, "engine_slots": 4})
+    assert ok.ray_options == {"worker_cpus": 0.5, "engine_slots": 4}
+    with pytest.raises(ConfigError, match="ray_options needs rollout.ray_address"):
+        RolloutConfig(ray_options={"worker_cpus": 0.5})
+    with pytest.raises(ConfigError, match="set it with rollout.ray_workers"):
+        RolloutConfig(ray_address="local", ray_options={"num_workers": 3})
+    with pytest.raises(ConfigError, match="set by the trainer"):
+        RolloutConfig(ray_address="local", ray_options={"engine_policy": None})
+    with pytest.raises(ConfigError, match="worker_cpu"):
+        RolloutConfig(ray_address="local", ray_options={"worker_cpu": 1})
