@@ -145,7 +145,8 @@ def _capture_first_gradient(tr: Any, box: dict[str, Any]) -> None:
     original = tr.optimizer.step
 
     def step(*args: Any, **kwargs: Any) -> Any:
-        if "grads" not in box:
+        # only the trainer's own steps: DCP's state dict steps a fresh optimizer at lr 0
+        if "grads" not in box and box.get("updating"):
             grads = {}
             for name, p in tr.model.named_parameters():
                 g = p.grad
@@ -161,7 +162,11 @@ def _capture_first_gradient(tr: Any, box: dict[str, Any]) -> None:
 
     def recorded(samples: list[Any], step_: int) -> dict[str, float]:
         box["max_len"] = max([box.get("max_len", 0)] + [len(s.input_ids) for s in samples])
-        return update(samples, step_)
+        box["updating"] = True
+        try:
+            return update(samples, step_)
+        finally:
+            box["updating"] = False
 
     tr.update = recorded
 

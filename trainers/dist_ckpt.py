@@ -65,7 +65,7 @@ from trace_gym.optional import require
 
 torch = require("torch", "train")
 
-__all__ = ["DCP_DIR", "STATE_FILE", "load_sharded", "save_sharded"]
+__all__ = ["DCP_DIR", "STATE_FILE", "load_sharded", "save_sharded", "state_dicts"]
 
 DCP_DIR = "dcp"
 
@@ -84,10 +84,36 @@ def _files(path: Path) -> list[str]:
     )
 
 
+def state_dicts(tr: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``get_state_dict(tr.model, tr.optimizer)`` that leaves a fresh optimizer fresh.
+
+    DCP gives an optimizer without state one by a zero-gradient step at lr 0. For Adam that
+    step counts: a checkpoint before the first update (a first step without samples) left
+    the step count at 1, so the first real update was 0.74x a fresh one's (bias correction
+    at t = 2), and the run left one process's by 0.26 lr. The counts go back to 0 - with
+    zero moments, exactly a fresh Adam - in the live state and in the dict saved.
+    """
+    from torch.distributed.checkpoint.state_dict import get_state_dict
+
+    fresh = not tr.optimizer.state
+    model_sd, optim_sd = get_state_dict(tr.model, tr.optimizer)
+    if fresh:
+        for state in [*tr.optimizer.state.values(), *optim_sd.get("state", {}).values()]:
+            _zero_step(state)
+    return model_sd, optim_sd
+
+
+def _zero_step(state: dict[str, Any]) -> None:
+    step = state.get("step")
+    if torch.is_tensor(step):
+        step.zero_()
+    elif step is not None:
+        state["step"] = 0
+
+
 def save_sharded(tr: Any) -> Path:
     """Write the checkpoint of `tr.step` (every rank its shards; rank 0 the rest); prune old ones."""
     from torch.distributed.checkpoint import save
-    from torch.distributed.checkpoint.state_dict import get_state_dict
 
     root = tr.ckpt_root
     final = root / f"step_{tr.step:06d}"
@@ -98,7 +124,7 @@ def save_sharded(tr: Any) -> Path:
             shutil.rmtree(tmp)
         tmp.mkdir()
     _barrier()
-    model_sd, optim_sd = get_state_dict(tr.model, tr.optimizer)
+    model_sd, optim_sd = state_dicts(tr)
     save({"model": model_sd, "optim": optim_sd}, checkpoint_id=str(tmp / DCP_DIR))
     _barrier()
     if tr.dist.is_main:
@@ -152,7 +178,7 @@ def _pick(tr: Any) -> tuple[Path | None, list[str]]:
 def load_sharded(tr: Any) -> bool:
     """Restore the newest valid sharded checkpoint on every rank; True when one was loaded."""
     from torch.distributed.checkpoint import load
-    from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+    from torch.distributed.checkpoint.state_dict import set_state_dict
 
     box: list[Any] = [None]
     if tr.dist.is_main:
@@ -168,7 +194,7 @@ def load_sharded(tr: Any) -> bool:
         if problems:
             raise no_usable_checkpoint(tr.ckpt_root, problems)
         return False
-    model_sd, optim_sd = get_state_dict(tr.model, tr.optimizer)
+    model_sd, optim_sd = state_dicts(tr)  # the shapes to load into (then overwritten)
     state = {"model": model_sd, "optim": optim_sd}
     load(state, checkpoint_id=str(path / DCP_DIR))
     set_state_dict(

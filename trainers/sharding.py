@@ -42,10 +42,11 @@ import logging
 import math
 import os
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Any
 
+from trace_gym.trainers.builders import vllm_engines
 from trace_gym.trainers.config import DistConfig, TrainConfig
 from trace_gym.trainers.data import Sample, collate
 from trace_gym.trainers.loop import OldLogprobs, Trainer, UpdateStats
@@ -266,10 +267,14 @@ class ShardedTrainer(Trainer):
                 "(LoRA on one GPU needs no sharding)"
             )
         self.dist = env or init_distributed(config.dist, config.policy.device)
-        if config.policy.kind == "vllm" and self.dist.world_size > 1:
+        # vLLM on Ray engine actors: no rank holds an engine, each trains an HF copy
+        on_engines = vllm_engines(config.policy, config.rollout)
+        if config.policy.kind == "vllm" and self.dist.world_size > 1 and not on_engines:
             raise ConfigError(
-                "dist: policy.kind = 'vllm' is not supported with FSDP over several ranks "
-                "(every rank would start an engine); use kind 'hf'"
+                "dist: policy.kind = 'vllm' in the trainer's processes is not supported with "
+                "FSDP over several ranks (every rank would start an engine next to its "
+                "process group); use kind 'hf', or vLLM engine actors (rollout.ray_address "
+                "with rollout.ray_engines)"
             )
         if config.rollout.max_staleness and self.dist.world_size > 1:
             raise ConfigError(
@@ -291,6 +296,8 @@ class ShardedTrainer(Trainer):
             config.tensorboard = False
             config.save_trees = False  # rank 0 writes the step's (whole) trees
             config.rollout.ray_address = None  # rank 0 alone drives the Ray workers
+            if on_engines:  # ... and its engines: the other ranks need only the HF copy
+                config.policy = replace(config.policy, kind="hf")
         super().__init__(config, **parts)
         if self.all_generate:
             from trace_gym.trainers.rank_rollouts import RankRunner

@@ -325,3 +325,27 @@ def test_one_rank_pushes_full_weights_to_a_generator_with_its_own(
     )  # build_parts, then after the step
     full = full_state(tr.model, True, None)
     assert _max_diff(full, dict(gen.inner.model.state_dict())) == 0.0
+
+
+def test_a_checkpoint_before_the_first_update_leaves_adam_fresh(
+    tmp_path, policy_factory, guess_env_factory, one_rank
+):
+    """DCP's state dict of an optimizer without state initialises it by a zero-gradient,
+    lr-0 step: Adam's step count would be 1, and the first real update 0.74x a fresh one's
+    (a run whose first step had no samples diverged from one process by 0.26 lr)."""
+    from trace_gym.trainers.dist_ckpt import save_sharded
+
+    plain = Trainer(
+        tiny_config(tmp_path, "plain", steps=1, dist={"strategy": "none"}),
+        policy=policy_factory(),
+        env_factory=guess_env_factory,
+    )
+    ph = plain.run()
+    tr = ShardedTrainer(
+        tiny_config(tmp_path, "sh", steps=1), policy=policy_factory(), env_factory=guess_env_factory
+    )
+    save_sharded(tr)  # step 0, nothing trained yet
+    assert tr.optimizer.state and all(int(s["step"]) == 0 for s in tr.optimizer.state.values())
+    sh = tr.run()  # resumes from that checkpoint, then trains step 0
+    assert ph[0]["samples"] == sh[0]["samples"] > 0
+    assert _max_diff(_weights(plain), _weights(tr)) < 1e-6

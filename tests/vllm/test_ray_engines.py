@@ -208,3 +208,24 @@ def test_the_trainer_with_policy_kind_vllm_generates_on_vllm_engine_actors(
         assert [s["version"] for s in engines.stats()] == [tr.policy.version - 1]
     finally:
         tr.runner.close()
+
+
+def test_two_fsdp_ranks_train_on_vllm_engine_actors_as_one_process(model_dir, tmp_path):
+    """``policy.kind = "vllm"`` with FSDP over 2 gloo ranks (torchrun): no rank starts an
+    engine, rank 0 drives the Ray workers and the vLLM engine actor, the engine takes the
+    gathered weights by version; trees and weights as one process's (today's tolerances)."""
+    from trace_gym.bench.train import DEFAULT_CONFIG, TOLERANCE, compare, run_launch
+
+    cfg = json.loads(json.dumps(DEFAULT_CONFIG))
+    cfg["save_trees"] = True
+    cfg["policy"] = {"kind": "vllm", "path": str(model_dir), "max_new_tokens": 24}
+    cfg["rollout"].update(ray_address="local", ray_workers=1, ray_engines=1)
+    cfg["rollout"]["ray_options"] = {"worker_cpus": 0.25, "engine_cpus": 0.25}
+    ref = run_launch(cfg, tmp_path / "ref", None)
+    two = run_launch(cfg, tmp_path / "two", 2)
+    d = compare(tmp_path / "ref", tmp_path / "two", ref, two)
+    log.warning("fsdp vllm compare: %s", d)
+    assert d["same_samples"], d  # the same trees' token ids, rewards, advantages
+    for key, tol in TOLERANCE.items():
+        assert d[key] is not None and d[key] <= tol, (key, d[key])
+    assert [r["policy_conversations"] for r in two] == [0, 0]  # generated on the engine
