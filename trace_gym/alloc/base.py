@@ -182,8 +182,8 @@ def _ints(x, name: str, n: int | None = None) -> np.ndarray:
         raise AllocationError(f"PrefixColumns.{name} must be integers; {e}") from e
     if out.ndim != 1 or (n is not None and out.size != n):
         raise AllocationError(
-            f"PrefixColumns.{name} must be a flat array of {n} entries (one per prefix); "
-            f"got shape {out.shape}"
+            f"PrefixColumns.{name} must be a flat array of {n} entries (one per prefix, "
+            f"bounds[-1]); got shape {out.shape}"
         )
     if a.dtype.kind not in "iub" and out.size and not np.array_equal(out, a):
         raise AllocationError(f"PrefixColumns.{name} must be whole numbers; got {a[:5].tolist()}")
@@ -197,8 +197,8 @@ def _floats(x, name: str, n: int) -> np.ndarray:
         raise AllocationError(f"PrefixColumns.{name} must be numbers; {e}") from e
     if out.shape != (n,):
         raise AllocationError(
-            f"PrefixColumns.{name} must be a flat array of {n} entries (one per prefix); "
-            f"got shape {out.shape}"
+            f"PrefixColumns.{name} must be a flat array of {n} entries (one per prefix, "
+            f"bounds[-1]); got shape {out.shape}"
         )
     return out
 
