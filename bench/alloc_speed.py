@@ -12,11 +12,15 @@ prompt's m roots of 4 turns give 3m inner prefixes (random values and 0/1 reward
 step's 2 replays per root split by root count (`split_budget`); then the prefix split,
 per prompt (`solve_prefixes` in a loop, as the runner's per-prompt expansion calls it) and
 batched (`solve_prefixes_batch`, one call, as the global expansion does), and through the
-allocator API (`TraceAllocator.allocate_prefixes_batch` on `PrefixCandidate` records).
-Each figure with its ratio to the smallest size. Goals at the largest size: the whole step
-as the runner's global expansion pays it (root solve + split + the prefix split through the
-allocator API, reading the records; `step`) <= 3x the root solve and <= 300 ms.
-`solver_step` (the batched solver on ready arrays instead of records) is the floor.
+allocator API as the runner's global expansion pays it on real root-only trees: the tree
+walk (`walk_prefixes`), the `PrefixColumns` built from it and the values, and
+`TraceAllocator.allocate_prefixes_batch` on them; beside it the records path the runner
+took before (`prefix_nodes` + `prefix_candidates` per prompt, the API on the records),
+with a check that both give the same counts. Each figure with its ratio to the smallest
+size. Goals at the largest size: the whole step (root solve + split + building the
+columns + the API on them; `step`) <= 3x the root solve and <= 300 ms. `runner_step` adds
+the tree walk, `records_step` is the records path with its building, `api_step` the
+records path without it (the goal's step before the columns), `solver_step` the floor.
 
 `--mixture 1024,16384,65536` times the mixture root solver instead (issue 28): P
 candidates (Beta(0.3, 0.3)), each with a rollout cost drawn from `--costs` (default
@@ -41,7 +45,7 @@ from pathlib import Path
 
 import numpy as np
 
-from trace_gym.alloc import make_allocator, split_budget
+from trace_gym.alloc import make_allocator, prefix_candidates, split_budget, walk_prefixes
 from trace_gym.alloc.base import PrefixCandidate
 from trace_gym.alloc.solvers import (
     clip_values,
@@ -53,7 +57,10 @@ from trace_gym.alloc.solvers import (
     solve_roots_costed_reference,
     solve_roots_reference,
 )
+from trace_gym.budget import DEFAULT_REPLAY_COST
 from trace_gym.cli import Parser
+from trace_gym.plan import prefix_nodes
+from trace_gym.tree import RolloutTree, Turn
 
 #: the timed stages of `--scale`, in the order the table prints them
 STAGES = (
@@ -61,9 +68,16 @@ STAGES = (
     "split_s",
     "prefix_loop_s",
     "prefix_batch_s",
+    "walk_s",
+    "columns_build_s",
     "prefix_api_s",
+    "records_build_s",
+    "prefix_records_s",
     "solver_step_s",
+    "api_step_s",
+    "records_step_s",
     "step_s",
+    "runner_step_s",
 )
 
 
@@ -167,26 +181,91 @@ def _time_step(prob: dict, repeats: int, loop: bool) -> dict:
                 )
 
         out["prefix_loop_s"] = _median_seconds(per_prompt, 1)
-    records = [
-        [
-            PrefixCandidate(rollout=j // 3, node=j + 1, depth=1 + j % 3, reward=pr[i], value=pv[i])
-            for j, i in enumerate(range(bounds[g], bounds[g + 1]))
-        ]
-        for g in range(sizes.size)
-    ]
-    alloc = make_allocator("trace")
-    rngs = [np.random.default_rng(0)] * sizes.size
-    budgets = shares.tolist()
-    alloc.allocate_prefixes_batch(records[:2], budgets[:2], rngs[:2])  # numpy's lazy imports
-    out["prefix_api_s"] = _median_seconds(
-        lambda: alloc.allocate_prefixes_batch(records, budgets, rngs), max(1, repeats // 2)
+    out |= _time_runner_paths(prob, shares, repeats)
+    # the goal's step: what the runner's global expansion pays after its tree walk (which
+    # gives the prefixes to score; `prefix_nodes` did it before): building the columns
+    # from the walk and the predictor's values, and the allocator call on them
+    out["step_s"] = out["root_s"] + out["split_s"] + out["columns_build_s"] + out["prefix_api_s"]
+    out["runner_step_s"] = out["step_s"] + out["walk_s"]  # the tree walk as well
+    # the runner before the columns: records built per prompt, then the API on them
+    out["records_step_s"] = (
+        out["root_s"] + out["split_s"] + out["records_build_s"] + out["prefix_records_s"]
     )
-    # the step as the runner's global expansion pays it: the prefix split through the
-    # allocator API, reading the records (the goal); `solver_step_s` is the arrays-only floor
+    out["api_step_s"] = out["root_s"] + out["split_s"] + out["prefix_records_s"]  # `b266c91`'s
     out["solver_step_s"] = out["root_s"] + out["split_s"] + out["prefix_batch_s"]
-    out["step_s"] = out["root_s"] + out["split_s"] + out["prefix_api_s"]
     out |= {"candidates": p, "prompts": int(sizes.size), "prefixes": int(sizes.sum())}
     return out
+
+
+def _step_trees(prob: dict) -> list[RolloutTree]:
+    """The step's root-only trees: prompt g's `kept[g]` rollouts of 4 turns (3 inner
+    prefixes each), each rollout's 0/1 reward that of its first prefix in `pr`."""
+    trees, at = [], 0
+    for g, m in enumerate(prob["kept"].tolist()):
+        tree = RolloutTree(f"p{g}", "prompt")
+        for _ in range(m):
+            node = 0
+            for _ in range(4):
+                node = tree.add_child(node, _TURN).id
+            tree.finish(node, reward=float(prob["pr"][at]))
+            at += 3
+        trees.append(tree)
+    return trees
+
+
+_TURN = Turn("a", "o")
+
+
+def _time_runner_paths(prob: dict, shares: np.ndarray, repeats: int) -> dict:
+    """The prefix split as the runner pays it on real trees, both ways, side by side.
+
+    Columns (the global expansion now): `walk_prefixes` (the tree walk), the columns
+    built from it and the predictor's values (`PrefixWalk.columns`), the allocator on
+    them. Records (before): `prefix_nodes` + `prefix_candidates` per prompt (the old
+    `_prefix_records`), the allocator on them. Both give the same counts (checked)."""
+    trees, pv = _step_trees(prob), prob["pv"]
+    alloc = make_allocator("trace")
+    budgets, rngs = shares.tolist(), [np.random.default_rng(0)] * len(trees)
+    costs = [DEFAULT_REPLAY_COST] * len(trees)  # the flat replay cost, one object
+    walk = walk_prefixes(trees)
+    cols = walk.columns(pv, costs)
+    records = _runner_records(trees, pv)
+    alloc.allocate_prefixes_batch(records[:2], budgets[:2], rngs[:2])  # numpy's lazy imports
+    few = max(1, repeats // 2)
+    out = {
+        "walk_s": _median_seconds(lambda: walk_prefixes(trees), few),
+        "columns_build_s": _median_seconds(lambda: walk.columns(pv, costs), repeats),
+        "prefix_api_s": _median_seconds(  # as many runs as the solver on arrays
+            lambda: alloc.allocate_prefixes_batch(cols, budgets, rngs), repeats
+        ),
+        "records_build_s": _median_seconds(lambda: _runner_records(trees, pv), 1),
+        "prefix_records_s": _median_seconds(
+            lambda: alloc.allocate_prefixes_batch(records, budgets, rngs), few
+        ),
+    }
+    by_cols = alloc.allocate_prefixes_batch(cols, budgets, rngs)
+    by_records = alloc.allocate_prefixes_batch(records, budgets, rngs)
+    out["same_counts"] = all(np.array_equal(a, b) for a, b in zip(by_cols, by_records, strict=True))
+    return out
+
+
+def _runner_records(trees: list[RolloutTree], pv: np.ndarray) -> list[list[PrefixCandidate]]:
+    """The records the runner built per prompt before the columns (`plan._prefix_records`):
+    `prefix_nodes`, the values by node id, `prefix_candidates` on the chain leaves."""
+    out, at = [], 0
+    for tree in trees:
+        ids = prefix_nodes(tree)
+        values = dict(zip(ids, pv[at : at + len(ids)].tolist(), strict=True))
+        at += len(ids)
+        leaves = [_chain_leaf(tree, first) for first in tree.root.children]
+        out.append(prefix_candidates(tree, leaves, values, cost=DEFAULT_REPLAY_COST))
+    return out
+
+
+def _chain_leaf(tree: RolloutTree, node: int) -> int:
+    while tree[node].children:
+        node = tree[node].children[0]
+    return node
 
 
 def run_scale(sizes: list[int], *, repeats: int = 5, loop_max: int = 65536, seed: int = 0) -> dict:

@@ -43,8 +43,14 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from trace_gym.alloc import split_budget, split_costed_budget
-from trace_gym.alloc.base import BatchPrefixAllocator, Candidate, PrefixCandidate, VisitHistory
-from trace_gym.alloc.candidates import prefix_candidates
+from trace_gym.alloc.base import (
+    BatchPrefixAllocator,
+    Candidate,
+    PrefixCandidate,
+    PrefixColumns,
+    VisitHistory,
+)
+from trace_gym.alloc.candidates import prefix_candidates, walk_prefixes
 from trace_gym.alloc.policies import uniform_roots
 from trace_gym.budget import Stopwatch
 from trace_gym.errors import AllocationError
@@ -324,7 +330,10 @@ def plan_replays_batch(
     ctx: StepContext, works: Sequence[PromptWork], *, batched: bool = True
 ) -> list[ReplayPlan]:
     """`plan_replays` of many prompts with one predictor call and, for an allocator that is
-    a `BatchPrefixAllocator` (and `batched`), one allocator call: the same plans."""
+    a `BatchPrefixAllocator` (and `batched`), one allocator call: the same plans. An
+    allocator that ``accepts_columns`` gets `PrefixColumns` (`_plan_columns`)."""
+    if batched and len(works) > 1 and getattr(ctx.allocator, "accepts_columns", False):
+        return _plan_columns(ctx, works)
     todo = [(w, prefix_nodes(w.tree)) for w in works]
     todo = [(w, ids) for w, ids in todo if w.replay_budget > 0 and ids]
     states = [
@@ -348,9 +357,55 @@ def plan_replays_batch(
     counts = _allocate_all(ctx, [r[2:] for r in records], batched)
     plans = {}
     for (w, values, cands, budget, _), c in zip(records, counts, strict=True):
-        checked = _checked_prefix_counts(ctx, w, cands, c, budget)
-        plans[id(w)] = ReplayPlan(values, *_replay_episodes(ctx, w, cands, checked))
+        costs = np.array([x.cost for x in cands])
+        checked = _checked_prefix_counts(ctx, w, costs, c, budget)
+        rows = [(x.node, x.rollout, x.cost) for x in cands]
+        plans[id(w)] = ReplayPlan(values, *_replay_episodes(ctx, w, rows, checked))
     return [plans.get(id(w), ReplayPlan({}, [], [])) for w in works]
+
+
+def _plan_columns(ctx: StepContext, works: Sequence[PromptWork]) -> list[ReplayPlan]:
+    """`plan_replays_batch` through `PrefixColumns`: one walk of the trees gives the
+    prefixes as arrays (`walk_prefixes`, the rows `prefix_candidates` gives), one predictor
+    call their values, one allocator call the counts: the same plans as the records'."""
+    live = [w for w in works if w.replay_budget > 0]
+    walk = walk_prefixes([w.tree for w in live])
+    sizes = np.diff(walk.bounds)
+    live = [w for w, k in zip(live, sizes.tolist(), strict=True) if k]
+    walk = walk._replace(bounds=np.r_[0, np.cumsum(sizes[sizes > 0])])
+    b, nodes = walk.bounds.tolist(), walk.node.tolist()
+    states = [
+        State(w.tree.prompt_id, w.tree.prompt, _turn_pairs(w.tree, n), w.tree.env_id)
+        for w, lo, hi in zip(live, b[:-1], b[1:], strict=True)
+        for n in nodes[lo:hi]
+    ]
+    values = np.asarray(ctx.predict(states) if states else [], dtype=float)
+    cost_aware = is_cost_aware(ctx.allocator)
+    cols = walk.columns(
+        values,
+        [ctx.budget.prefix_cost(cost_aware, root_cost(w)) for w in live],
+        _concentrations(ctx, states) if states else None,
+    )
+    budgets = [ctx.budget.prefix_budget(w.replay_budget, cost_aware, root_cost(w)) for w in live]
+    rngs = [
+        np.random.default_rng(stable_seed("prefixes", ctx.seed, ctx.step, w.tree.prompt_id))
+        for w in live
+    ]
+    counts = _allocate_batch(ctx, cols, budgets, rngs)
+    vals, rollouts, costs = values.tolist(), cols.rollout.tolist(), cols.cost.tolist()
+    plans = {}
+    for g, w in enumerate(live):
+        lo, hi = b[g], b[g + 1]
+        checked = _checked_prefix_counts(ctx, w, cols.cost[lo:hi], counts[g], budgets[g])
+        rows = list(zip(nodes[lo:hi], rollouts[lo:hi], costs[lo:hi], strict=True))
+        plan_values = dict(zip(nodes[lo:hi], vals[lo:hi], strict=True))
+        plans[id(w)] = ReplayPlan(plan_values, *_replay_episodes(ctx, w, rows, checked))
+    return [plans.get(id(w), ReplayPlan({}, [], [])) for w in works]
+
+
+def _turn_pairs(tree: RolloutTree, node: int) -> tuple[tuple[str, str], ...]:
+    """The (action, observation) of every turn up to `node`: a prefix `State`'s history."""
+    return tuple((t.action, t.observation) for t in tree.turns(node))
 
 
 def _prefix_records(
@@ -377,28 +432,41 @@ def _allocate_all(
 ) -> list[Any]:
     """The allocator's raw replays per prefix for each (cands, budget, rng) record."""
     allocator = ctx.allocator
+    if batched and len(records) > 1 and isinstance(allocator, BatchPrefixAllocator):
+        cands, budgets, rngs = (list(x) for x in zip(*records, strict=True))
+        return _allocate_batch(ctx, cands, budgets, rngs)
     with ctx.stopwatch("allocator"):
-        if batched and len(records) > 1 and isinstance(allocator, BatchPrefixAllocator):
-            cands, budgets, rngs = (list(x) for x in zip(*records, strict=True))
-            raw = allocator.allocate_prefixes_batch(cands, budgets, rngs)
-            if not isinstance(raw, list) or len(raw) != len(records):
-                raise AllocationError(
-                    f"allocator {_name(allocator)}.allocate_prefixes_batch returned "
-                    f"{type(raw).__name__} for {len(records)} prompts; expected a list of "
-                    "one count array per prompt"
-                )
-            return raw
         return [allocator.allocate_prefixes(c, b, r) for c, b, r in records]
 
 
-def _checked_prefix_counts(
-    ctx: StepContext, w: PromptWork, cands: list[PrefixCandidate], raw: Any, budget: float
-) -> np.ndarray:
-    """The allocator's replays for `w`, checked (shape, and a cost-aware budget kept)."""
+def _allocate_batch(
+    ctx: StepContext,
+    prefixes: Sequence[list[PrefixCandidate]] | PrefixColumns,
+    budgets: list[float],
+    rngs: list[np.random.Generator],
+) -> list[Any]:
+    """One `allocate_prefixes_batch` call (records or columns), its answer's shape checked."""
     allocator = ctx.allocator
-    counts = _check_counts(raw, len(cands), allocator, "prefix")
+    with ctx.stopwatch("allocator"):
+        raw = allocator.allocate_prefixes_batch(prefixes, budgets, rngs)
+    if not isinstance(raw, list) or len(raw) != len(budgets):
+        raise AllocationError(
+            f"allocator {_name(allocator)}.allocate_prefixes_batch returned "
+            f"{type(raw).__name__} for {len(budgets)} prompts; expected a list of "
+            "one count array per prompt"
+        )
+    return raw
+
+
+def _checked_prefix_counts(
+    ctx: StepContext, w: PromptWork, costs: np.ndarray, raw: Any, budget: float
+) -> np.ndarray:
+    """The allocator's replays for `w` (one per prefix, whose replay `costs` are given),
+    checked (shape, and a cost-aware budget kept)."""
+    allocator = ctx.allocator
+    counts = _check_counts(raw, len(costs), allocator, "prefix")
     if is_cost_aware(allocator):
-        spent = float(counts @ np.array([c.cost for c in cands])) if cands else 0.0
+        spent = float(counts @ costs) if len(costs) else 0.0
         if spent > budget + _COST_TOLERANCE:
             raise AllocationError(
                 f"cost-aware allocator {_name(allocator)} spent {spent:.6g} trajectory-"
@@ -408,22 +476,28 @@ def _checked_prefix_counts(
 
 
 def _replay_episodes(
-    ctx: StepContext, w: PromptWork, cands: Sequence[PrefixCandidate], counts: np.ndarray
+    ctx: StepContext,
+    w: PromptWork,
+    rows: Sequence[tuple[int, int, float]],
+    counts: np.ndarray,
 ) -> tuple[list[Episode], list[tuple[int, float]]]:
-    """One replay `Episode` per allocated count, in prefix then child order, and its charge."""
+    """One replay `Episode` per allocated count, in prefix then child order, and its charge;
+    `rows` gives each prefix's (node, rollout, cost)."""
     tree = w.tree
     out: list[Episode] = []
     charges: list[tuple[int, float]] = []
-    for cand, k in zip(cands, counts, strict=True):
-        node = tree.nodes[cand.node]
-        prefix_turns = tuple(tree.turns(cand.node))
-        root_ep = w.roots[cand.rollout]
+    for (anchor, rollout, cost), k in zip(rows, counts.tolist(), strict=True):
+        if not k:
+            continue
+        node = tree.nodes[anchor]
+        prefix_turns = tuple(tree.turns(anchor))
+        root_ep = w.roots[rollout]
         for j in range(int(k)):
             child = len(node.children) + j
-            seed = branch_seed(ctx.step, tree.prompt_id, cand.node, child, turn=0, base=ctx.seed)
+            seed = branch_seed(ctx.step, tree.prompt_id, anchor, child, turn=0, base=ctx.seed)
             spec = EpisodeSpec(
                 kind="replay",
-                anchor=cand.node,
+                anchor=anchor,
                 child=child,
                 prompt=root_ep.prompt,
                 reset_info=root_ep.reset_info,
@@ -431,7 +505,7 @@ def _replay_episodes(
                 prefix_turns=prefix_turns,
             )
             out.append(Episode(w, spec))
-            charges.append((node.depth, cand.cost))
+            charges.append((node.depth, cost))
     return out, charges
 
 

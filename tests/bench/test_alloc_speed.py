@@ -58,9 +58,15 @@ def test_scale_reports_every_stage_per_size_with_ratios(tmp_path, capsys):
     for row in r["rows"]:
         stages = set(STAGES)
         assert stages <= set(row) and all(row[k] > 0 for k in stages)
-        # the goal's step is the runner's: the prefix split through the allocator API
-        assert row["step_s"] == row["root_s"] + row["split_s"] + row["prefix_api_s"]
-        assert row["solver_step_s"] == row["root_s"] + row["split_s"] + row["prefix_batch_s"]
+        # the goal's step is the runner's: the columns built from its tree walk, then the
+        # allocator API on them; the records path (the runner before) beside it
+        base = row["root_s"] + row["split_s"]
+        assert row["step_s"] == base + row["columns_build_s"] + row["prefix_api_s"]
+        assert row["runner_step_s"] == row["step_s"] + row["walk_s"]
+        assert row["records_step_s"] == base + row["records_build_s"] + row["prefix_records_s"]
+        assert row["api_step_s"] == base + row["prefix_records_s"]
+        assert row["solver_step_s"] == base + row["prefix_batch_s"]
+        assert row["same_counts"] is True
         assert set(row["ratio_to_smallest"]) == stages
     assert r["rows"][0]["ratio_to_smallest"]["root_s"] == 1.0
     assert set(r["goals_met"]) == {"step<=3x_root@256", "step<=300ms@256"}

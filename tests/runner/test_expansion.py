@@ -16,19 +16,19 @@ from trace_gym.testing import CountdownEnv, RandomCountdownPolicy
 TASKS = [f"count-{i}" for i in range(10)]
 
 
-def _runner(policy, **kw):
+def _runner(policy, allocator=None, **kw):
     cfg = RunnerConfig(root_budget=20, replays_per_root=2.0, m_max=8, seed=3, **kw)
     return BranchingRunner(
         policy,
         lambda: CountdownEnv(num_tasks=10, max_turns=6),
-        make_allocator("trace", m_max=8),
+        allocator or make_allocator("trace", m_max=8),
         make_predictor("features"),
         cfg,
     )
 
 
-def _steps(policy, steps=2, **kw):
-    runner = _runner(policy, **kw)
+def _steps(policy, steps=2, allocator=None, **kw):
+    runner = _runner(policy, allocator, **kw)
     try:
         out = [runner.run_step(s, TASKS) for s in range(steps)]
     finally:
@@ -50,6 +50,21 @@ def test_global_barrier_makes_the_same_trees_and_expands_after_every_root():
     _, per_prompt = _steps(RandomCountdownPolicy(), max_batch=7)
     kinds = [e.kind for e in per_prompt[0].events]
     assert kinds.index("expand") < max(i for i, k in enumerate(kinds) if k == "roots_done")
+
+
+@pytest.mark.parametrize(
+    "name,kw",
+    [("trace", {"cost_aware": True}), ("trace", {"objective": "posterior"}), ("treepo", {})],
+)
+def test_global_columns_make_the_per_prompt_trees_for_every_kind_of_split(name, kw):
+    """The global expansion hands the allocator `PrefixColumns`: the same trees as the
+    per-prompt records, cost-aware (per-prefix costs), posterior and a per-prompt rule."""
+    ref, _ = _steps(RandomCountdownPolicy(), allocator=make_allocator(name, m_max=8, **kw))
+    got, reports = _steps(
+        RandomCountdownPolicy(), allocator=make_allocator(name, m_max=8, **kw), expansion="global"
+    )
+    assert got == ref
+    assert sum(r.replays for r in reports) > 0
 
 
 @pytest.mark.parametrize("expansion", ["per-prompt", "global"])

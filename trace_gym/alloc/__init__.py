@@ -5,6 +5,8 @@
 - `solve_prefixes_batch`: the same split for many prompts in one vectorised call;
 - `split_budget`: largest-remainder rounding that sums exactly;
 - `prefix_candidates`: replayable prefixes of a finished rollout tree;
+- `PrefixColumns` / `walk_prefixes`: a step's prefixes as arrays, built from the trees
+  in one pass, which `allocate_prefixes_batch` takes besides record lists;
 - `ALLOCATORS` / `make_allocator(name, **kwargs)`: the policies of `policies.py`, and
   by name an installed package's (entry-point group ``trace_gym.allocators``) or any
   "module:Class" (`allocator_class`);
@@ -20,8 +22,13 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from trace_gym.alloc.base import Allocator, Candidate, PrefixCandidate, VisitHistory
-from trace_gym.alloc.candidates import prefix_candidates, remaining_turn_cost
+from trace_gym.alloc.base import Allocator, Candidate, PrefixCandidate, PrefixColumns, VisitHistory
+from trace_gym.alloc.candidates import (
+    PrefixWalk,
+    prefix_candidates,
+    remaining_turn_cost,
+    walk_prefixes,
+)
 from trace_gym.alloc.metrics import (
     ExpectedGain,
     MeasuredCost,
@@ -76,6 +83,8 @@ __all__ = [
     "OracleAllocator",
     "PCLAllocator",
     "PrefixCandidate",
+    "PrefixColumns",
+    "PrefixWalk",
     "PrefixSolution",
     "RootSolution",
     "TraceAllocator",
@@ -92,6 +101,7 @@ __all__ = [
     "make_allocator",
     "measured_cost",
     "prefix_candidates",
+    "walk_prefixes",
     "remaining_turn_cost",
     "root_value",
     "solve_prefixes",

@@ -11,19 +11,26 @@ Allocators receive *records*, not bare numbers, so a policy can use visit histor
 (GRESO, Knapsack-RL), true values (the oracle, simulator only) or randomness
 (TreePO) without changing the protocol. Randomness comes only from the `rng` passed
 in, which the runner derives from (step, prompt id), so allocation is reproducible.
+
+Prefixes also come as columns (`PrefixColumns`: one numpy array per `PrefixCandidate`
+field, every prompt's rows one after another), which the runner's global expansion
+builds from the trees (`trace_gym.alloc.candidates.walk_prefixes`) and
+`BatchPrefixAllocator.allocate_prefixes_batch` takes besides record lists.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
+from itertools import starmap
 from typing import ClassVar, Protocol, runtime_checkable
 
 import numpy as np
 
 from trace_gym.budget import DEFAULT_REPLAY_COST
+from trace_gym.errors import AllocationError
 
-__all__ = ["Allocator", "Candidate", "PrefixCandidate", "VisitHistory"]
+__all__ = ["Allocator", "Candidate", "PrefixCandidate", "PrefixColumns", "VisitHistory"]
 
 
 @dataclass(frozen=True)
@@ -92,6 +99,130 @@ class PrefixCandidate:
     concentration: float | None = None
 
 
+#: the integer and float columns, in `PrefixCandidate`'s field order
+INT_FIELDS = ("rollout", "node", "depth", "rollout_turns")
+FLOAT_FIELDS = ("reward", "value", "cost", "true_value", "concentration")
+
+
+@dataclass(frozen=True, eq=False)
+class PrefixColumns:
+    """Every prompt's prefix candidates of one step, one array per field (checked).
+
+    `bounds` (int64, prompts + 1, from 0 to the prefix count, non-decreasing) cuts the
+    rows into prompts; every other field has one entry per prefix, as in
+    `PrefixCandidate`. ``true_value`` NaN and ``concentration`` inf stand for None.
+    Bad input raises `AllocationError` naming the field.
+    """
+
+    bounds: np.ndarray
+    rollout: np.ndarray
+    node: np.ndarray
+    depth: np.ndarray
+    reward: np.ndarray
+    value: np.ndarray
+    cost: np.ndarray
+    true_value: np.ndarray
+    rollout_turns: np.ndarray
+    concentration: np.ndarray
+
+    def __post_init__(self) -> None:
+        bounds = _ints(self.bounds, "bounds")
+        n = int(bounds[-1]) if bounds.size else -1
+        if bounds.size < 1 or bounds[0] != 0 or np.any(np.diff(bounds) < 0):
+            raise AllocationError(
+                "PrefixColumns.bounds must start at 0 and never decrease (one entry per prompt "
+                f"plus one); got {bounds[:6].tolist()}"
+            )
+        object.__setattr__(self, "bounds", bounds)
+        for name in INT_FIELDS:
+            object.__setattr__(self, name, _ints(getattr(self, name), name, n))
+        for name in FLOAT_FIELDS:
+            object.__setattr__(self, name, _floats(getattr(self, name), name, n))
+        _check_ranges(self)
+
+    @property
+    def prompts(self) -> int:
+        return int(self.bounds.size - 1)
+
+    @property
+    def sizes(self) -> np.ndarray:
+        """Prefixes per prompt (int64)."""
+        return np.diff(self.bounds)
+
+    def __len__(self) -> int:
+        """The number of prompts (as for a list of record lists)."""
+        return self.prompts
+
+    @classmethod
+    def from_records(cls, prompts: Sequence[Sequence[PrefixCandidate]]) -> PrefixColumns:
+        """The columns of a list of record lists (one list per prompt)."""
+        flat = [p for ps in prompts for p in ps]
+        cols: dict[str, object] = {f: [getattr(p, f) for p in flat] for f in INT_FIELDS}
+        for f in FLOAT_FIELDS:
+            fill = np.nan if f == "true_value" else np.inf
+            cols[f] = [fill if (x := getattr(p, f)) is None else x for p in flat]
+        bounds = np.r_[0, np.cumsum([len(ps) for ps in prompts], dtype=np.int64)]
+        return cls(bounds=bounds, **cols)  # type: ignore[arg-type]
+
+    def records(self) -> list[list[PrefixCandidate]]:
+        """One `PrefixCandidate` list per prompt: the records these columns hold."""
+        cols = {f.name: getattr(self, f.name).tolist() for f in fields(self) if f.name != "bounds"}
+        cols["true_value"] = [None if x != x else x for x in cols["true_value"]]
+        cols["concentration"] = [None if x == np.inf else x for x in cols["concentration"]]
+        flat = list(starmap(PrefixCandidate, zip(*cols.values(), strict=True)))  # field order
+        b = self.bounds.tolist()
+        return [flat[lo:hi] for lo, hi in zip(b[:-1], b[1:], strict=True)]
+
+
+def _ints(x, name: str, n: int | None = None) -> np.ndarray:
+    try:
+        a = np.asarray(x)
+        out = a.astype(np.int64)
+    except (TypeError, ValueError, OverflowError) as e:
+        raise AllocationError(f"PrefixColumns.{name} must be integers; {e}") from e
+    if out.ndim != 1 or (n is not None and out.size != n):
+        raise AllocationError(
+            f"PrefixColumns.{name} must be a flat array of {n} entries (one per prefix, "
+            f"bounds[-1]); got shape {out.shape}"
+        )
+    if a.dtype.kind not in "iub" and out.size and not np.array_equal(out, a):
+        raise AllocationError(f"PrefixColumns.{name} must be whole numbers; got {a[:5].tolist()}")
+    return out
+
+
+def _floats(x, name: str, n: int) -> np.ndarray:
+    try:
+        out = np.asarray(x, dtype=float)
+    except (TypeError, ValueError) as e:
+        raise AllocationError(f"PrefixColumns.{name} must be numbers; {e}") from e
+    if out.shape != (n,):
+        raise AllocationError(
+            f"PrefixColumns.{name} must be a flat array of {n} entries (one per prefix, "
+            f"bounds[-1]); got shape {out.shape}"
+        )
+    return out
+
+
+def _check_ranges(c: PrefixColumns) -> None:
+    """Each column's domain: the field named in the error."""
+    bad = {
+        "reward": ~((c.reward >= 0) & (c.reward <= 1)),
+        "value": ~((c.value >= 0) & (c.value <= 1)),
+        "cost": ~np.isfinite(c.cost) | (c.cost < 0),
+        "true_value": (c.true_value < 0) | (c.true_value > 1) | np.isinf(c.true_value),
+        "concentration": np.isnan(c.concentration) | (c.concentration <= 0),
+        "depth": c.depth < 1,
+        "rollout": c.rollout < 0,
+    }
+    for name, mask in bad.items():
+        if mask.any():
+            at = np.flatnonzero(mask)[:5]
+            raise AllocationError(
+                f"PrefixColumns.{name} is out of its range at rows {at.tolist()}: "
+                f"{getattr(c, name)[at].tolist()} (see `PrefixCandidate.{name}`)"
+            )
+
+
 @runtime_checkable
 class Allocator(Protocol):
     """An allocation policy. Each is a small class; see `trace_gym.alloc.policies`."""
@@ -134,9 +265,13 @@ class BatchPrefixAllocator(Protocol):
 
     def allocate_prefixes_batch(
         self,
-        prefixes: Sequence[Sequence[PrefixCandidate]],
+        prefixes: Sequence[Sequence[PrefixCandidate]] | PrefixColumns,
         budgets: Sequence[float],
         rngs: Sequence[np.random.Generator],
     ) -> list[np.ndarray]:
-        """`allocate_prefixes(prefixes[g], budgets[g], rngs[g])` for every prompt g, in order."""
+        """`allocate_prefixes(prefixes[g], budgets[g], rngs[g])` for every prompt g, in order.
+
+        `prefixes` is a list of record lists or, where the allocator sets
+        ``accepts_columns = True`` (every `BaseAllocator` does), `PrefixColumns`: the same
+        records as one array per field."""
         ...

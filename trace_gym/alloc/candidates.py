@@ -9,13 +9,17 @@ left to replay. A rollout of T turns therefore offers T - 1 prefixes (none when 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from operator import attrgetter
+from typing import NamedTuple
 
-from trace_gym.alloc.base import PrefixCandidate
+import numpy as np
+
+from trace_gym.alloc.base import PrefixCandidate, PrefixColumns
 from trace_gym.budget import DEFAULT_REPLAY_COST, remaining_turn_cost
 from trace_gym.errors import AllocationError
 from trace_gym.tree import Node, RolloutTree
 
-__all__ = ["prefix_candidates", "remaining_turn_cost"]
+__all__ = ["PrefixWalk", "prefix_candidates", "remaining_turn_cost", "walk_prefixes"]
 
 
 def _cost_of(cost: Callable[[int, int], float] | float | None, depth: int, turns: int) -> float:
@@ -101,4 +105,107 @@ def prefix_candidates(
                     rollout_turns=turns,
                 )
             )
+    return out
+
+
+class PrefixWalk(NamedTuple):
+    """The replayable prefixes of many root-only trees, as arrays (`walk_prefixes`).
+
+    Prompt g's prefixes are rows ``bounds[g]:bounds[g + 1]``, in `prefix_candidates`'s
+    order for the tree's root rollouts; `columns` adds the values and costs.
+    """
+
+    bounds: np.ndarray
+    rollout: np.ndarray
+    node: np.ndarray
+    depth: np.ndarray
+    reward: np.ndarray
+    true_value: np.ndarray
+    rollout_turns: np.ndarray
+
+    def columns(
+        self,
+        values: np.ndarray | Sequence[float],
+        costs: Sequence[Callable[[int, int], float] | float | None],
+        concentration: np.ndarray | Sequence[float | None] | None = None,
+    ) -> PrefixColumns:
+        """The `PrefixColumns` of these prefixes: `values` (and `concentration`, None or
+        inf: a point value) one per row, `costs` one per prompt as `prefix_candidates`'s."""
+        n = int(self.bounds[-1])
+        conc = np.full(n, np.inf)
+        if concentration is not None:
+            conc = np.array([np.inf if x is None else x for x in concentration], dtype=float)
+        return PrefixColumns(
+            bounds=self.bounds,
+            rollout=self.rollout,
+            node=self.node,
+            depth=self.depth,
+            reward=self.reward,
+            value=values,  # type: ignore[arg-type]
+            cost=_cost_column(costs, self.bounds, self.depth, self.rollout_turns),
+            true_value=self.true_value,
+            rollout_turns=self.rollout_turns,
+            concentration=conc,
+        )
+
+
+def walk_prefixes(trees: Sequence[RolloutTree]) -> PrefixWalk:
+    """The prefixes of every tree's root rollouts, as `prefix_candidates` gives them with
+    ``leaf_ids`` the end of each root child's single-child chain (what the runner passes
+    before any replay): the same rows, read in one pass into flat lists."""
+    rollout: list[int] = []
+    node: list[Node] = []
+    reward: list[float] = []
+    turns: list[int] = []
+    sizes: list[int] = []
+    for tree in trees:
+        nodes, before = tree.nodes, len(node)
+        for r, first in enumerate(nodes[0].children):
+            chain, n = [], nodes[first]
+            while n.children:
+                chain.append(n)
+                n = nodes[n.children[0]]
+            if n.reward is None or not chain:  # failed branch, or a one-turn rollout
+                continue
+            k = len(chain)
+            node += chain
+            rollout += [r] * k
+            reward += [1.0 if n.reward >= tree.success_threshold else 0.0] * k
+            turns += [k + 1] * k
+        sizes.append(len(node) - before)
+    true = [np.nan if (t := x.true_value) is None else t for x in node]
+    return PrefixWalk(
+        bounds=np.r_[0, np.cumsum(sizes, dtype=np.int64)],
+        rollout=np.array(rollout, dtype=np.int64),
+        node=np.fromiter(map(attrgetter("id"), node), np.int64, len(node)),
+        depth=np.fromiter(map(attrgetter("depth"), node), np.int64, len(node)),
+        reward=np.array(reward, dtype=float),
+        true_value=np.array(true, dtype=float),
+        rollout_turns=np.array(turns, dtype=np.int64),
+    )
+
+
+def _cost_column(costs, bounds: np.ndarray, depth: np.ndarray, turns: np.ndarray) -> np.ndarray:
+    """One replay's cost per row: prompt g's prefixes cost `costs[g]` (a constant, None or
+    a function (depth, turns) -> cost, as in `prefix_candidates`); the default
+    `remaining_turn_cost` vectorised ((T - d) / T: the same floats)."""
+    if len(costs) != bounds.size - 1:
+        raise AllocationError(f"need one cost per prompt: {len(costs)} for {bounds.size - 1}")
+    out = np.empty(depth.size, dtype=float)
+    groups: dict[int, list[int]] = {}
+    for g, c in enumerate(costs):
+        groups.setdefault(id(c), []).append(g)
+    b = bounds.tolist()
+    for gs in groups.values():
+        c = costs[gs[0]]
+        rows = np.arange(depth.size)
+        if len(groups) > 1:
+            rows = np.concatenate([rows[b[g] : b[g + 1]] for g in gs])
+        if c is remaining_turn_cost:
+            out[rows] = (turns[rows] - depth[rows]) / turns[rows]
+        elif callable(c):
+            pairs = zip(depth[rows].tolist(), turns[rows].tolist(), strict=True)
+            out[rows] = [float(c(d, t)) for d, t in pairs]
+        else:
+            out[rows] = _cost_of(c, 1, 1)
     return out

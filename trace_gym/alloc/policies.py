@@ -21,11 +21,11 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from operator import attrgetter
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 
-from trace_gym.alloc.base import Candidate, PrefixCandidate
+from trace_gym.alloc.base import Candidate, PrefixCandidate, PrefixColumns
 from trace_gym.alloc.solvers import (
     OBJECTIVES,
     root_increments,
@@ -120,6 +120,19 @@ def _prefix_inputs(
     return values, rewards, costs, conc
 
 
+def _column_inputs(
+    cols: PrefixColumns, use_true: bool, cost_aware: bool, posterior: bool
+) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, np.ndarray | None]:
+    """`_prefix_inputs` read off `PrefixColumns` (no record touched): the same arrays."""
+    values = cols.value
+    if use_true:
+        if np.isnan(cols.true_value).any():
+            _true(PrefixCandidate(0, 0, 1, 0.0, 0.0), "prefix")  # raises the oracle's error
+        values = cols.true_value
+    conc = cols.concentration if posterior and not use_true else None
+    return values, cols.reward, cols.cost if cost_aware else None, conc
+
+
 def _column(items, n: int, field: str) -> np.ndarray:
     """One numeric field of `n` records as a float array (one C-level pass, no list)."""
     try:
@@ -155,6 +168,8 @@ class BaseAllocator:
     branching: ClassVar[bool] = False
     #: a plain attribute, not a ClassVar: `TraceAllocator` sets it per instance
     cost_aware: bool = False
+    #: `allocate_prefixes_batch` takes `PrefixColumns` too (the runner then builds them)
+    accepts_columns: ClassVar[bool] = True
 
     def __init__(self, *, m_max: int = 16, group_size: int = 8):
         if m_max < 2:
@@ -179,12 +194,15 @@ class BaseAllocator:
 
     def allocate_prefixes_batch(
         self,
-        prefixes: Sequence[Sequence[PrefixCandidate]],
+        prefixes: Sequence[Sequence[PrefixCandidate]] | PrefixColumns,
         budgets: Sequence[float],
         rngs: Sequence[np.random.Generator],
     ) -> list[np.ndarray]:
-        """`allocate_prefixes` for every prompt, in order (`BatchPrefixAllocator`); a policy
+        """`allocate_prefixes` for every prompt, in order (`BatchPrefixAllocator`): on a list
+        of record lists or on `PrefixColumns` (turned back into records here); a policy
         whose split vectorises across prompts overrides it (TRACE does)."""
+        if isinstance(prefixes, PrefixColumns):
+            prefixes = prefixes.records()
         return [
             self.allocate_prefixes(p, b, r)  # type: ignore[arg-type]
             for p, b, r in zip(prefixes, budgets, rngs, strict=True)
@@ -287,20 +305,27 @@ class TraceAllocator(BaseAllocator):
 
     def allocate_prefixes_batch(
         self,
-        prefixes: Sequence[Sequence[PrefixCandidate]],
+        prefixes: Sequence[Sequence[PrefixCandidate]] | PrefixColumns,
         budgets: Sequence[float],
         rngs: Sequence[np.random.Generator],
     ) -> list[np.ndarray]:
-        """Every prompt's `allocate_prefixes` at once (`solve_prefixes_batch`): same counts."""
+        """Every prompt's `allocate_prefixes` at once (`solve_prefixes_batch`): same counts.
+
+        `PrefixColumns` are read as they are; record lists one `np.fromiter` per field."""
         if type(self).allocate_prefixes is not TraceAllocator.allocate_prefixes:
             return super().allocate_prefixes_batch(prefixes, budgets, rngs)  # own prefix rule
-        flat = [p for ps in prefixes for p in ps]
-        if not flat:
-            return [np.zeros(0, dtype=np.int64) for _ in prefixes]
-        values, rewards, costs, conc = _prefix_inputs(
-            flat, self.use_true_prefixes, self.cost_aware, self.objective == "posterior"
-        )
-        sizes = [len(ps) for ps in prefixes]
+        posterior = self.objective == "posterior"
+        inputs: tuple[np.ndarray, np.ndarray, np.ndarray | None, Any]
+        if isinstance(prefixes, PrefixColumns):
+            sizes: Any = prefixes.sizes
+            inputs = _column_inputs(prefixes, self.use_true_prefixes, self.cost_aware, posterior)
+        else:
+            flat = [p for ps in prefixes for p in ps]
+            sizes = [len(ps) for ps in prefixes]
+            inputs = _prefix_inputs(flat, self.use_true_prefixes, self.cost_aware, posterior)
+        values, rewards, costs, conc = inputs
+        if not len(values):
+            return [np.zeros(0, dtype=np.int64) for _ in range(len(prefixes))]
         batch = solve_prefixes_batch(
             values, rewards, sizes, list(budgets), costs, concentrations=conc
         )

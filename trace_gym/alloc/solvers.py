@@ -261,13 +261,18 @@ def check_concentrations(concentrations, n: int) -> np.ndarray | None:
     """
     if concentrations is None:
         return None
-    raw = list(concentrations)
-    if len(raw) != n:
-        raise AllocationError(f"need one concentration per record: {len(raw)} for {n} values")
-    try:
-        c = np.array([math.inf if x is None else float(x) for x in raw], dtype=float)
-    except (TypeError, ValueError) as e:
-        raise AllocationError(f"concentrations must be numbers > 0 or None; got {raw!r:.80}") from e
+    if isinstance(concentrations, np.ndarray) and concentrations.dtype.kind == "f":
+        c = concentrations.astype(float, copy=False).ravel()  # columns: inf for None already
+    else:
+        raw = list(concentrations)
+        try:
+            c = np.array([math.inf if x is None else float(x) for x in raw], dtype=float)
+        except (TypeError, ValueError) as e:
+            raise AllocationError(
+                f"concentrations must be numbers > 0 or None; got {raw!r:.80}"
+            ) from e
+    if c.size != n:
+        raise AllocationError(f"need one concentration per record: {c.size} for {n} values")
     if np.any(np.isnan(c)) or np.any(c <= 0):
         raise AllocationError(
             "concentrations (a + b of a Beta belief) must be > 0, inf or None (a point value); "
@@ -1205,7 +1210,7 @@ def solve_prefixes_batch(
     costs: Sequence[float] | np.ndarray | None = None,
     *,
     resolution: int = 100,
-    concentrations: Sequence[float | None] | None = None,
+    concentrations: Sequence[float | None] | np.ndarray | None = None,
 ) -> PrefixBatch:
     """`solve_prefixes` for many prompts in one call: the same counts, prompt by prompt.
 
