@@ -15,7 +15,12 @@ pytest.importorskip("peft")
 
 ROOT = Path(__file__).resolve().parents[2]
 #: the script picks .venv/bin/python by default; run it with the interpreter running the tests
-ENV = {**os.environ, "PYTHON": sys.executable}
+#: the GPU limits (290 s in all) are for an H200; a shared 2-core CPU gets more time
+ENV = {
+    **os.environ,
+    "PYTHON": sys.executable,
+    "GPU_CHECK_LIMITS": "step=900,fsdp=900,fsdp8b=900,async=900",
+}
 
 
 @pytest.mark.slow
@@ -67,6 +72,19 @@ def test_gpu_check_without_cuda_says_so(tmp_path):
     assert r.returncode == 3 and "no CUDA device" in r.stdout
     rep = json.loads(out.read_text())  # the one JSON says so too, and that nothing else ran
     assert rep["rc"] == {"step": 3} and "no CUDA device" in rep["checks"]["step"][0]["skipped"]
+    assert rep["timed_out"] == [] and rep["wall_s"] >= 0
+
+
+def test_gpu_check_refuses_a_bad_time_limit_in_one_line(tmp_path):
+    r = subprocess.run(
+        [str(ROOT / "scripts" / "gpu_check.sh"), "--json", str(tmp_path / "g.json")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**ENV, "GPU_CHECK_LIMITS": "step=fast"},
+    )
+    assert r.returncode == 2 and r.stderr.strip().count("\n") == 0
+    assert "bad GPU_CHECK_LIMITS entry 'step=fast'" in r.stderr
 
 
 @pytest.mark.slow
