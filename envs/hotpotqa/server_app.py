@@ -231,6 +231,9 @@ class RetrieverApp:
                 status, body = await self.retrieve(scope, receive)
             elif path == "/health" and method in ("GET", "HEAD"):
                 status, body = 200, self.health()
+            elif path in ("/retrieve", "/health"):
+                use = "POST /retrieve" if path == "/retrieve" else "GET /health"
+                status, body = 405, error_body(f"{method} {path} is not served; use {use}")
             else:
                 status, body = 404, error_body(f"unknown path {path}; use POST /retrieve")
         except _Gone:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import time
 
 import numpy as np
 import pytest
@@ -126,9 +127,13 @@ def test_the_app_routes_and_reads_bodies_in_chunks(tied):
     assert status == 200 and out == {"result": payload(tied.search(["river"], 2), True)}
     status, out = _reply(_call(app, _http("GET", "/health"), []))
     assert status == 200 and out["worker"] == 3 and out["queries"] == 1
-    for method, path in (("GET", "/retrieve"), ("POST", "/search"), ("DELETE", "/health")):
+    for method, path, code, use in (
+        ("POST", "/search", 404, "POST /retrieve"),
+        ("GET", "/retrieve", 405, "POST /retrieve"),
+        ("DELETE", "/health", 405, "GET /health"),
+    ):
         status, out = _reply(_call(app, _http(method, path), []))
-        assert status == 404 and "POST /retrieve" in out["error"]
+        assert status == code and use in out["error"]
 
 
 def test_the_app_answers_limits_and_leaves_quietly_on_disconnect(tied):
@@ -149,3 +154,19 @@ def test_the_app_answers_limits_and_leaves_quietly_on_disconnect(tied):
         "lifespan.startup.complete",
         "lifespan.shutdown.complete",
     ]
+
+
+def test_a_slow_search_is_a_504_and_a_failing_one_a_500(tied):
+    class Slow(BM25Retriever):
+        def search(self, queries, k=3, n_threads=0):
+            if "boom" in queries:
+                raise RuntimeError("index offline")
+            time.sleep(0.3)
+            return super().search(queries, k)
+
+    app = RetrieverApp(Slow(tied.passages), ServerLimits(search_timeout_s=0.1, batch_wait_ms=0))
+    for query, status, says in (("river", 504, "over 0.1 s"), ("boom", 500, "index offline")):
+        body = json.dumps({"queries": [query]}).encode()
+        sent = _call(app, _http("POST", "/retrieve"), [{"type": "http.request", "body": body}])
+        code, out = _reply(sent)
+        assert code == status and says in out["error"]
