@@ -1,7 +1,7 @@
 """The old hand-written threading retrieval server, kept only for `bench retriever-server`.
 
-`trace-gym serve-retriever` now runs `trace_gym.envs.hotpotqa.server` (FastAPI on
-uvicorn). This module stays so the benchmark can measure the two side by side; do not
+`trace-gym serve-retriever` now runs `trace_gym.envs.hotpotqa.server` (a plain ASGI
+app on uvicorn). This module stays so the benchmark can measure the two side by side; do not
 use it to serve: it has no socket timeouts and no limit on nesting depth.
 
 Request (``POST /retrieve``, JSON)::
