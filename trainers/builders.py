@@ -223,7 +223,9 @@ def build_model(cfg: TrainConfig, policy: Any = None) -> ModelParts:
         ref_model = copy.deepcopy(model).eval().requires_grad_(False)
     params = [p for p in model.parameters() if p.requires_grad]
     o = cfg.optim
-    optimizer = torch.optim.AdamW(params, lr=o.lr, weight_decay=o.weight_decay, betas=o.betas)
+    optimizer = torch.optim.AdamW(
+        params, lr=o.lr, weight_decay=o.weight_decay, betas=o.betas, eps=o.eps
+    )
     return ModelParts(policy, model, ref_model, optimizer, sync_mode)
 
 

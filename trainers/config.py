@@ -449,6 +449,8 @@ class OptimConfig:
     lr: float = 1e-6
     weight_decay: float = 0.0
     betas: tuple[float, float] = (0.9, 0.999)
+    #: AdamW's epsilon (torch's default)
+    eps: float = 1e-8
     grad_clip: float = 1.0
     #: samples per forward/backward (gradient accumulation across micro-batches)
     micro_batch_size: int = 8
@@ -468,6 +470,8 @@ class OptimConfig:
             )
         if self.mini_batch_size is not None and self.mini_batch_size < 1:
             raise ConfigError("optim.mini_batch_size must be >= 1 or None")
+        if not self.eps > 0:
+            raise ConfigError(f"optim.eps must be > 0, got {self.eps}")
 
 
 @dataclass

@@ -62,7 +62,9 @@ __all__ = [
     "ShardedTrainer",
     "full_state",
     "init_distributed",
+    "lora_config",
     "make_trainer",
+    "merged_lora_state",
     "shard_model",
     "wants_sharding",
 ]
@@ -182,13 +184,30 @@ def shard_model(model: Any, dcfg: DistConfig, mesh: Any, *, frozen: bool = False
     return model
 
 
+def lora_config(model: Any) -> Any:
+    """The peft LoRA config of a LoRA-wrapped `model` (None for a plain model); one adapter only."""
+    configs = getattr(model, "peft_config", None)
+    if not configs:
+        return None
+    if len(configs) != 1:
+        raise ConfigError(
+            f"dist: a peft model with {len(configs)} adapters cannot be sharded; keep one"
+        )
+    return next(iter(configs.values()))
+
+
 class _Skeleton:
-    """What rank 0 needs to rebuild an unsharded copy of a model after it is sharded:
-    its class, config and buffers (non-persistent buffers such as RoPE's are in no state dict)."""
+    """What a generating rank needs to rebuild an unsharded copy of a model after it is sharded:
+    its class, config and buffers (non-persistent buffers such as RoPE's are in no state dict),
+    and for a LoRA-wrapped model the adapter config, so the copy is the same peft model (it
+    generates with the adapters unmerged, as the one-process trainer's shared model does)."""
 
     def __init__(self, model: Any):
-        self.cls = type(model)
-        self.config = getattr(model, "config", None)
+        self.lora = lora_config(model)
+        base = model.get_base_model() if self.lora is not None else model
+        self.cls = type(base)
+        self.config = getattr(base, "config", None)
+        self.adapter = next(iter(model.peft_config)) if self.lora is not None else None
         self.buffers = {n: b.detach().cpu().clone() for n, b in model.named_buffers()}
 
     def build(self, device: str, dtype: Any) -> Any:
@@ -205,6 +224,12 @@ class _Skeleton:
         )
         if hasattr(gen, "tie_weights"):
             gen.tie_weights()
+        if self.lora is not None:  # the adapters' values come with the first push
+            import peft
+
+            gen = peft.get_peft_model(gen, copy.deepcopy(self.lora), adapter_name=self.adapter)
+            if dtype is not None:
+                gen = gen.to(dtype)
         with torch.no_grad():
             own = dict(gen.named_buffers())
             for n, b in self.buffers.items():
@@ -252,6 +277,34 @@ def full_state(model: Any, keep: bool, dtype: Any) -> dict[str, Any]:
     return out
 
 
+def merged_lora_state(model: Any, state: dict[str, Any]) -> dict[str, Any]:
+    """A LoRA-wrapped `model`'s full `state` (peft names) as the base model's weights, adapters
+    merged in (``W + scaling * B @ A``), under the base architecture's names: what a generator
+    with weights of its own is pushed. Only peft's LoRA ``Linear`` layers can be merged here."""
+    from peft.tuners.lora import Linear as LoraLinear
+
+    out = {k: v for k, v in state.items() if ".lora_" not in k}
+    for name, mod in model.named_modules():
+        if not hasattr(mod, "lora_A"):
+            continue
+        if not isinstance(mod, LoraLinear) or any(mod.use_dora.values()):
+            raise ConfigError(
+                f"dist: cannot merge the LoRA layer {name!r} ({type(mod).__name__}) into pushed "
+                "weights; target linear layers only, without DoRA"
+            )
+        key = f"{name}.base_layer.weight"
+        merged = out[key].float()
+        for adapter in mod.active_adapters:
+            a = state[f"{name}.lora_A.{adapter}.weight"].float()
+            b = state[f"{name}.lora_B.{adapter}.weight"].float()
+            delta = (b @ a) * mod.scaling[adapter]
+            merged = merged + (delta.T if mod.fan_in_fan_out else delta)
+        out[key] = merged.to(state[key].dtype)
+    return {
+        k.removeprefix("base_model.model.").replace(".base_layer.", "."): v for k, v in out.items()
+    }
+
+
 def _micro_count(n: int, world: int, mbs: int) -> int:
     """Micro-batches every rank runs for `n` samples dealt round-robin (the busiest rank's)."""
     return math.ceil(math.ceil(n / world) / mbs) if n else 0
@@ -261,11 +314,6 @@ class ShardedTrainer(Trainer):
     """A `Trainer` on W ranks with the policy (and reference) sharded by FSDP2; see the module doc."""
 
     def __init__(self, config: TrainConfig, *, env: DistEnv | None = None, **parts: Any):
-        if config.policy.lora:
-            raise ConfigError(
-                "dist: FSDP sharding trains all weights; set policy.lora = false "
-                "(LoRA on one GPU needs no sharding)"
-            )
         self.dist = env or init_distributed(config.dist, config.policy.device)
         # vLLM on Ray engine actors: no rank holds an engine, each trains an HF copy
         on_engines = vllm_engines(config.policy, config.rollout)
@@ -341,7 +389,7 @@ class ShardedTrainer(Trainer):
         o = cfg.optim
         params = [p for p in self.model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(
-            params, lr=o.lr, weight_decay=o.weight_decay, betas=o.betas
+            params, lr=o.lr, weight_decay=o.weight_decay, betas=o.betas, eps=o.eps
         )
         self.generator = None
         self._gen_dtype = _dtype(cfg.dist.generator_dtype or cfg.dist.param_dtype)
@@ -352,6 +400,12 @@ class ShardedTrainer(Trainer):
             self.policy.model = None  # this rank never generates
         #: "copy" (rank 0's generator copy) or "view" (a full state dict pushed through sync_weights)
         self._mode = self._broadcast("copy" if skeleton is not None else "view")
+        self._lora = lora_config(self.model) is not None
+        if self._lora and self._mode == "view" and getattr(self.policy, "lora_enabled", False):
+            raise ConfigError(
+                "dist: a vLLM engine that serves LoRA adapters cannot follow a sharded LoRA "
+                "model (the ranks push merged full weights); build the engine without lora"
+            )
         if self._mode == "copy":
             self._push(bump=False)
 
@@ -371,7 +425,11 @@ class ShardedTrainer(Trainer):
         main = self.generates
         if self._mode == "view":
             state = full_state(self.model, main, self._gen_dtype)
-            return sync_weights(self.policy, _FullWeights(state)) if main else "gathered"
+            if not main:
+                return "gathered"
+            if self._lora:  # the generator has its own base-architecture weights
+                state = merged_lora_state(self.model, state)
+            return sync_weights(self.policy, _FullWeights(state))
         own = dict(self.generator.named_parameters()) if self.generator is not None else {}
         with torch.no_grad():
             for name, full in full_parameters(self.model):

@@ -58,6 +58,10 @@ def export_weights(model: Any) -> Iterator[tuple[str, Any]]:
         for name, tensor in model.state_dict().items():
             if "lora_" in name:
                 continue
+            if merged and ".base_layer." in name:
+                # merged in place: a view would read the unmerged weight once the
+                # caller has taken the last tensor (the unmerge below runs then)
+                tensor = tensor.clone()
             name = name.removeprefix("base_model.model.").replace(".base_layer.", ".")
             yield name, tensor.detach()
     finally:

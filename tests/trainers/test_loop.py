@@ -316,11 +316,16 @@ def test_generator_with_own_weights_gets_them_pushed(
     assert (
         hist[0]["samples"] > 0 and gen.loads == 2 and gen.resets == 2
     )  # at start-up and after the step
-    from trace_gym.trainers.sync import export_weights
+    import copy
 
-    trained = dict(export_weights(tr.model))
+    # peft's own merge, on a copy (the engine must get the adapters merged in, not the base)
+    trained = copy.deepcopy(tr.model)
+    trained = (trained.merge_and_unload() if lora else trained).state_dict()
     for name, w in gen.inner.model.state_dict().items():
         assert torch.allclose(w, trained[name], atol=1e-6), name
+    if lora:
+        base = policy_factory().model.state_dict()
+        assert max(float((w - base[n]).abs().max()) for n, w in trained.items()) > 1e-5
 
 
 # ---------------------------------------------------------------------- damaged checkpoints

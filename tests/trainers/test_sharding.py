@@ -34,7 +34,14 @@ from trace_gym.bench.train import (  # noqa: E402
 )
 from trace_gym.trainers.config import TrainConfig  # noqa: E402
 from trace_gym.trainers.loop import Trainer  # noqa: E402
-from trace_gym.trainers.sharding import FAULT_ENV, ShardedTrainer, full_state, wants_sharding  # noqa: E402
+from trace_gym.trainers.sharding import (  # noqa: E402
+    FAULT_ENV,
+    ShardedTrainer,
+    full_state,
+    merged_lora_state,
+    wants_sharding,
+)
+from trace_gym.trainers.sync import export_weights  # noqa: E402
 
 from trace_gym.errors import ConfigError  # noqa: E402
 
@@ -150,12 +157,6 @@ def test_strategy_checks(tmp_path, monkeypatch, policy_factory, guess_env_factor
     assert wants_sharding(tiny_config(tmp_path, dist={"strategy": "auto"}))
     monkeypatch.setenv("WORLD_SIZE", "1")
     assert not wants_sharding(tiny_config(tmp_path, dist={"strategy": "auto"}))
-    with pytest.raises(ConfigError, match="lora"):
-        ShardedTrainer(
-            tiny_config(tmp_path, policy={"lora": True}),
-            policy=policy_factory(),
-            env_factory=guess_env_factory,
-        )
     with pytest.raises(ConfigError, match="dist strategy"):
         tiny_config(tmp_path, dist={"strategy": "ddp"})
     with pytest.raises(ConfigError, match="param_dtype"):
@@ -349,3 +350,108 @@ def test_a_checkpoint_before_the_first_update_leaves_adam_fresh(
     sh = tr.run()  # resumes from that checkpoint, then trains step 0
     assert ph[0]["samples"] == sh[0]["samples"] > 0
     assert _max_diff(_weights(plain), _weights(tr)) < 1e-6
+
+
+# ---------------------------------------------------------------------- LoRA
+LORA = {"lora": True, "lora_r": 4, "lora_alpha": 8}
+
+
+def test_one_rank_lora_sharded_equals_plain_and_resumes(
+    tmp_path, policy_factory, guess_env_factory, one_rank
+):
+    """A LoRA-wrapped model sharded (frozen base and adapters in the same FSDP units, an
+    adapter-only optimiser): the plain trainer's losses and weights, the base model as the
+    KL reference, a peft generator copy holding the trained adapters, and a resume."""
+    plain = Trainer(
+        tiny_config(tmp_path, "plain", dist={"strategy": "none"}, policy=LORA),
+        policy=policy_factory(),
+        env_factory=guess_env_factory,
+    )
+    ph = plain.run()
+    first = ShardedTrainer(
+        tiny_config(tmp_path, "sharded", steps=1, policy=LORA),
+        policy=policy_factory(),
+        env_factory=guess_env_factory,
+    )
+    assert first.ref_model is None and hasattr(first.generator, "peft_config")
+    trained = {id(p) for g in first.optimizer.param_groups for p in g["params"]}
+    named = dict(first.model.named_parameters())
+    assert trained == {id(p) for n, p in named.items() if "lora_" in n}  # adapters only
+    first.run()
+    resumed = ShardedTrainer(
+        tiny_config(tmp_path, "sharded", steps=2, policy=LORA),
+        env=first.dist,
+        policy=policy_factory(),
+        env_factory=guess_env_factory,
+    )
+    sh = resumed.run()
+    assert [m["step"] for m in sh] == [1]
+    assert ph[1]["samples"] == sh[0]["samples"] > 0
+    assert abs(ph[1]["loss"] - sh[0]["loss"]) < 1e-6
+    assert abs(ph[1]["grad_norm"] - sh[0]["grad_norm"]) < 1e-6
+    final = _weights(resumed)
+    assert _max_diff(_weights(plain), final) < 1e-6
+    assert any(float(final[n].abs().max()) > 0 for n in final if "lora_B" in n)  # B moved off 0
+    gen = dict(resumed.generator.named_parameters())
+    assert set(gen) == {n for n, _ in resumed.model.named_parameters()}
+    assert max(float((gen[n] - final[n]).abs().max()) for n in gen) == 0.0
+
+
+class _MergedWeights(_OwnWeights):
+    """A generator on the base architecture that takes merged full weights."""
+
+    def sync_weights(self, model) -> None:
+        self.pushes += 1
+        self.inner.model.load_state_dict(dict(export_weights(model)), strict=True)
+
+
+def test_one_rank_lora_pushes_merged_weights_to_a_generator_with_its_own(
+    tmp_path, policy_factory, guess_env_factory, one_rank
+):
+    policy_factory().model.save_pretrained(tmp_path / "model")
+    over = {"path": str(tmp_path / "model"), **LORA}
+    plain = Trainer(
+        tiny_config(tmp_path, "plain", steps=1, policy=over, dist={"strategy": "none"}),
+        policy=_MergedWeights(policy_factory()),
+        env_factory=guess_env_factory,
+    )
+    plain.run()
+    gen = _MergedWeights(policy_factory())
+    tr = ShardedTrainer(
+        tiny_config(tmp_path, "sh", steps=1, policy=over), policy=gen, env_factory=guess_env_factory
+    )
+    assert tr.generator is None
+    hist = tr.run()
+    assert hist[0]["samples"] > 0 and gen.pushes == 2
+    want = dict(export_weights(plain.model))  # peft's own merge of the one-process model
+    got = dict(gen.inner.model.state_dict())
+    assert _max_diff(want, got) < 1e-6
+    assert _max_diff(want, merged_lora_state(tr.model, full_state(tr.model, True, None))) < 1e-6
+
+
+@pytest.mark.slow
+def test_two_ranks_lora_equal_one_process(tmp_path):
+    """LoRA on 2 gloo ranks under torchrun (the base model as the KL reference) against one
+    process: the same samples, gradients, losses and weights. Adam's eps is 1e-6 here: with
+    B = 0 at the start, a LoRA-B gradient of a few 1e-9 is divided by |g| + eps in the first
+    step, which at eps 1e-8 turns a 4e-10 rounding difference of the gradient into 2.3e-5 of
+    weight (docs/distributed.md, "LoRA with FSDP")."""
+    from trace_gym.bench.train import compare
+
+    lora = {"lora": True, "lora_r": 4, "lora_alpha": 8}
+    cfg = _config(2, policy=lora, optim={"eps": 1e-6})
+    ref = run_launch(cfg, tmp_path / "ref", None)
+    two = run_launch(cfg, tmp_path / "two", 2)
+    d = compare(tmp_path / "ref", tmp_path / "two", ref, two)
+    assert d["same_samples"] and all(d[k] <= tol for k, tol in TOLERANCE.items()), d
+    final = torch.load(tmp_path / "two" / "final.pt", weights_only=False)
+    assert final["grads"] and all("lora_" in n for n in final["grads"])  # adapters alone train
+    # activation checkpointing with LoRA (inputs made to require grad) changes no number
+    ckpt = run_launch(
+        _config(1, policy={**lora, "gradient_checkpointing": True}, optim={"eps": 1e-6}),
+        tmp_path / "ckpt",
+        2,
+    )
+    one = run_launch(_config(1, policy=lora, optim={"eps": 1e-6}), tmp_path / "one", None)
+    d = compare(tmp_path / "one", tmp_path / "ckpt", one, ckpt)
+    assert d["same_samples"] and all(d[k] <= tol for k, tol in TOLERANCE.items()), d
