@@ -317,12 +317,18 @@ class ShardedTrainer(Trainer):
         self.dist = env or init_distributed(config.dist, config.policy.device)
         # vLLM on Ray engine actors: no rank holds an engine, each trains an HF copy
         on_engines = vllm_engines(config.policy, config.rollout)
-        if config.policy.kind == "vllm" and self.dist.world_size > 1 and not on_engines:
+        own_engines = config.policy.kind == "vllm" and not on_engines
+        if (
+            own_engines
+            and self.dist.world_size > 1
+            and (config.dist.rollouts != "all" or config.rollout.ray_address)
+        ):
             raise ConfigError(
-                "dist: policy.kind = 'vllm' in the trainer's processes is not supported with "
-                "FSDP over several ranks (every rank would start an engine next to its "
-                "process group); use kind 'hf', or vLLM engine actors (rollout.ray_address "
-                "with rollout.ray_engines)"
+                "dist: policy.kind = 'vllm' in the trainer's processes needs every rank to "
+                "generate (dist.rollouts = 'all', no rollout.ray_address): each rank starts its "
+                "own engine, and vLLM's engine start runs collectives over the whole torchrun "
+                "world, so an engine on rank 0 alone waits for the other ranks forever; or use "
+                "vLLM engine actors (rollout.ray_address with rollout.ray_engines)"
             )
         if config.rollout.max_staleness and self.dist.world_size > 1:
             raise ConfigError(

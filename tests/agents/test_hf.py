@@ -117,6 +117,32 @@ def test_seeds_are_per_conversation_not_per_batch(countdown_policy_factory):
     assert pol.generate(convs[:1])[0].token_ids == together[0].token_ids
 
 
+def test_tied_probabilities_draw_the_same_token_whatever_else_the_row_holds():
+    """Three tokens share the top probability; the other logits move by 1e-6 (another batch
+    or rank). The token drawn for a uniform inside each tied token's share must not change:
+    an unstable sort put ties in an order that depended on the rest of the row (about 1 row
+    in 10 here), which made 2 FSDP ranks' trees differ from one process's."""
+    from types import SimpleNamespace
+
+    pick = HFPolicy._pick
+    me = SimpleNamespace(sampling=SimpleNamespace(temperature=1.0, top_p=1.0))
+    gen = torch.Generator().manual_seed(0)
+    tied = torch.tensor([5, 10, 300])
+    for _ in range(200):
+        x = torch.randn(512, generator=gen)
+        x[tied] = x.max() + 1.0
+        y = x.clone()
+        others = torch.randint(0, 512, (20,), generator=gen)
+        others = others[~torch.isin(others, tied)]
+        y[others] += 1e-6
+        for row in (x, y):
+            logp = torch.log_softmax(row, -1)
+            share = float(logp[5].exp() / logp.exp().sum())
+            u = torch.tensor([0.5, 1.5, 2.5]) * share
+            got = pick(me, logp.expand(3, -1), u)
+            assert got.tolist() == tied.tolist()  # ties in token-id order, in every row
+
+
 def test_stop_string_is_kept_in_text_and_tokens(countdown_model_dir):
     fmt = ReActFormat("countdown", "Reach the target.", stop=("d",), max_new_tokens=20)
     pol = HFPolicy.from_pretrained(str(countdown_model_dir), temperature=0)
