@@ -23,8 +23,10 @@ every rank growing its share of the trees (``dist.rollouts = "all"``) and once w
 growing them all (``"rank0"``), and the report gives ``rollout_s`` (rank 0's mean rollout
 wall seconds per step, steps after the first) of each and their ratio. ``--latency S``
 makes every policy call of every run wait S seconds (`MeteredPolicy`: a generation engine
-that answers at most ``rollout.max_batch`` conversations per call), so the figure measures
-how the work is spread over the ranks, not this machine's cores.
+that answers at most ``rollout.max_batch`` conversations per call), and
+``--latency-per-conversation C`` another C seconds per conversation in the call (an engine
+bound by throughput rather than by a call's fixed cost), so the figure measures how the
+work is spread over the ranks, not this machine's cores.
 
 ``python -m trace_gym.bench.train --worker DIR [--plain]`` is the worker both
 launches run (it reads ``DIR/config.json`` and writes ``DIR/rank<r>.json`` and, on rank
@@ -126,11 +128,19 @@ TOLERANCE = {
 
 # ---------------------------------------------------------------------- worker
 class MeteredPolicy:
-    """The runner's policy, waiting `latency_s` per ``generate`` call (a simulated engine)
-    and counting calls and conversations; every other attribute is the wrapped policy's."""
+    """The runner's policy, waiting `latency_s` per ``generate`` call plus
+    `per_conversation_s` per conversation in it (a simulated engine: a fixed cost per call
+    and, when throughput-bound, a cost per sequence) and counting calls and conversations;
+    every other attribute is the wrapped policy's."""
 
-    def __init__(self, policy: Any, latency_s: float = 0.0):
-        self.__dict__.update(policy=policy, latency_s=latency_s, calls=0, conversations=0)
+    def __init__(self, policy: Any, latency_s: float = 0.0, per_conversation_s: float = 0.0):
+        self.__dict__.update(
+            policy=policy,
+            latency_s=latency_s,
+            per_conversation_s=per_conversation_s,
+            calls=0,
+            conversations=0,
+        )
 
     def __getattr__(self, name: str) -> Any:
         if "policy" not in self.__dict__:  # unpickling (a Ray worker's copy): not set yet
@@ -138,8 +148,9 @@ class MeteredPolicy:
         return getattr(self.__dict__["policy"], name)
 
     def generate(self, conversations: Any) -> Any:
-        if self.latency_s:
-            time.sleep(self.latency_s)
+        wait = self.latency_s + self.per_conversation_s * len(conversations)
+        if wait:
+            time.sleep(wait)
         self.__dict__["calls"] += 1
         self.__dict__["conversations"] += len(conversations)
         return self.policy.generate(conversations)
@@ -197,7 +208,9 @@ def worker(out: Path, plain: bool) -> int:
     tr = Trainer(cfg) if plain else ShardedTrainer(cfg)
     rank, world = (0, 1) if plain else (tr.dist.rank, tr.dist.world_size)
     bench = json.loads((out / "bench.json").read_text()) if (out / "bench.json").exists() else {}
-    metered = tr.runner.policy = MeteredPolicy(tr.runner.policy, bench.get("latency_s", 0.0))
+    metered = tr.runner.policy = MeteredPolicy(
+        tr.runner.policy, bench.get("latency_s", 0.0), bench.get("per_conversation_s", 0.0)
+    )
     box: dict[str, Any] = {}
     _capture_first_gradient(tr, box)
     t0 = time.perf_counter()
@@ -261,11 +274,14 @@ def write_config(
     world_size: int | None,
     resume: bool = False,
     latency_s: float = 0.0,
+    per_conversation_s: float = 0.0,
 ) -> None:
     """`out/config.json`: `config` with its run directory under `out`, sharded unless
     `world_size` is None; `out/bench.json`: the simulated policy latency."""
     out.mkdir(parents=True, exist_ok=True)
-    (out / "bench.json").write_text(json.dumps({"latency_s": latency_s}))
+    (out / "bench.json").write_text(
+        json.dumps({"latency_s": latency_s, "per_conversation_s": per_conversation_s})
+    )
     cfg = {
         **config,
         "out_dir": str(out / "run"),
@@ -284,9 +300,10 @@ def run_launch(
     resume: bool = False,
     timeout: float = 1800,
     latency_s: float = 0.0,
+    per_conversation_s: float = 0.0,
 ) -> list[dict[str, Any]]:
     """Run `config` in `out` (world_size None: the plain single-process trainer); per-rank results."""
-    write_config(config, out, world_size, resume, latency_s)
+    write_config(config, out, world_size, resume, latency_s, per_conversation_s)
     env = {**os.environ, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
     proc = subprocess.run(
         launch_command(out, world_size), capture_output=True, text=True, timeout=timeout, env=env
@@ -363,16 +380,19 @@ def run_bench(
     *,
     rollouts: tuple[str, ...] = ("all",),
     latency_s: float = 0.0,
+    per_conversation_s: float = 0.0,
 ) -> dict[str, Any]:
     """The report: the reference (key "1") and every world size (and, for W > 1, every
     ``dist.rollouts`` in `rollouts`: key "W", or "W-rank0"), with the differences, the
     goals and, with both rollouts, the ratio of their rollout times per step."""
-    ref = run_launch(config, out / "ref", None, latency_s=latency_s)
+    lat = {"latency_s": latency_s, "per_conversation_s": per_conversation_s}
+    ref = run_launch(config, out / "ref", None, **lat)
     report: dict[str, Any] = {
         "world_sizes": {"1": {"launch": "one process (Trainer)", **_timing(ref)}},
         "tolerance": TOLERANCE,
         "steps": config.get("steps"),
         "latency_s": latency_s,
+        "per_conversation_s": per_conversation_s,
         "max_batch": config.get("rollout", {}).get("max_batch"),
         "rollout_ratio": {},
     }
@@ -380,7 +400,7 @@ def run_bench(
         for mode in rollouts if w > 1 else ("all",):
             key = (str(w) if w != 1 else "1-sharded") + ("" if mode == "all" else f"-{mode}")
             cfg = {**config, "dist": {**config.get("dist", {}), "rollouts": mode}}
-            res = run_launch(cfg, out / f"w{key}", w, latency_s=latency_s)
+            res = run_launch(cfg, out / f"w{key}", w, **lat)
             diff = compare(out / "ref", out / f"w{key}", ref, res)
             report["world_sizes"][key] = {
                 "launch": f"torchrun --nproc-per-node {w} (ShardedTrainer, rollouts {mode})",
@@ -554,6 +574,12 @@ def main(argv: list[str] | None = None) -> int:
         help="seconds every policy call waits (a simulated engine; default 0)",
     )
     p.add_argument(
+        "--latency-per-conversation",
+        type=float,
+        default=0.0,
+        help="seconds every policy call also waits per conversation in it (default 0)",
+    )
+    p.add_argument(
         "--set", action="append", default=[], metavar="KEY=VALUE", help="override a config value"
     )
     p.add_argument("--out", help="keep the runs here (default: a temporary directory)")
@@ -574,12 +600,22 @@ def main(argv: list[str] | None = None) -> int:
     rollouts = tuple(x.strip() for x in args.rollouts.split(",") if x.strip())
     if not rollouts or any(x not in ROLLOUTS for x in rollouts):
         raise ConfigError(f"--rollouts takes {', '.join(ROLLOUTS)}, got {args.rollouts!r}")
-    if args.latency < 0:
-        raise ConfigError(f"--latency must be >= 0 seconds, got {args.latency}")
+    if args.latency < 0 or args.latency_per_conversation < 0:
+        raise ConfigError(
+            "--latency and --latency-per-conversation must be >= 0 seconds, got "
+            f"{args.latency} and {args.latency_per_conversation}"
+        )
     config = _config(args)
     with tempfile.TemporaryDirectory(prefix="trace-gym-bench-train-") as tmp:
         out = Path(args.out) if args.out else Path(tmp)
-        rep = run_bench(config, sizes, out, rollouts=rollouts, latency_s=args.latency)
+        rep = run_bench(
+            config,
+            sizes,
+            out,
+            rollouts=rollouts,
+            latency_s=args.latency,
+            per_conversation_s=args.latency_per_conversation,
+        )
     print(_table(rep))
     if args.json:
         Path(args.json).write_text(json.dumps(rep, indent=1) + "\n")

@@ -233,3 +233,21 @@ def test_dist_rollouts_is_checked_at_start_up():
     assert DistConfig().rollouts == "all" and DistConfig(rollouts="rank0").rollouts == "rank0"
     with pytest.raises(ConfigError, match=r"dist\.rollouts"):
         DistConfig(rollouts="rank1")
+
+
+def test_the_bench_policy_waits_per_call_and_per_conversation(monkeypatch):
+    """`MeteredPolicy`: a fixed wait per call plus one per conversation (the throughput-bound
+    engine model of ``bench train --latency-per-conversation``); counts calls and conversations."""
+    from types import SimpleNamespace
+
+    from trace_gym.bench import train
+
+    waits: list[float] = []
+    monkeypatch.setattr(train.time, "sleep", waits.append)
+    inner = SimpleNamespace(generate=lambda convs: [c.upper() for c in convs], name="inner")
+    pol = train.MeteredPolicy(inner, 0.05, 0.01)
+    assert pol.generate(["a", "b", "c"]) == ["A", "B", "C"] and pol.generate(["d"]) == ["D"]
+    assert waits == pytest.approx([0.08, 0.06])
+    assert (pol.calls, pol.conversations, pol.name) == (2, 4, "inner")
+    train.MeteredPolicy(inner).generate(["x"])
+    assert len(waits) == 2  # no latency: no sleep at all
