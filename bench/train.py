@@ -551,7 +551,7 @@ def _config(args: argparse.Namespace) -> dict[str, Any]:
     return d
 
 
-def main(argv: list[str] | None = None) -> int:
+def _parser() -> Parser:
     p = Parser(prog="trace-gym bench train", description=__doc__.split("\n\n")[0])
     p.add_argument(
         "--config", help="a training config (default: the tiny CPU config of this module)"
@@ -586,7 +586,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", help="write the report here")
     p.add_argument("--worker", help=argparse.SUPPRESS)
     p.add_argument("--plain", action="store_true", help=argparse.SUPPRESS)
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
     if args.worker:
         return worker(Path(args.worker), args.plain)
     try:
