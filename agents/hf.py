@@ -392,8 +392,7 @@ class HFPolicy:
         torch = require("torch", "train")
         if self.sampling.temperature == 0:
             return torch.argmax(logp, dim=-1)
-        # stable: tied probabilities (common in bf16, or rows of never-trained tokens) keep
-        # token-id order. An unstable sort may order a tie by what else is in the row, so a
+        # stable: tied probabilities (common in bf16) keep token-id order. An unstable sort may order a tie by what else is in the row, so a
         # rounding-size change elsewhere (another batch, another rank) swapped the token drawn
         probs, order = torch.sort(logp.exp(), dim=-1, descending=True, stable=True)  # [B, V]
         if self.sampling.top_p < 1:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import gymnasium as gym
-from trace_gym.trainers.config import PolicyConfig, RolloutConfig, TrainConfig
+from trace_gym.trainers.config import OptimConfig, PolicyConfig, RolloutConfig, TrainConfig
 from trace_gym.trainers.sync import sync_weights
 
 from trace_gym.core import unwrap
@@ -35,6 +35,7 @@ __all__ = [
     "engine_options",
     "vllm_engines",
     "load_trainer_model",
+    "new_optimizer",
     "train_task_ids",
     "trainable_model",
 ]
@@ -208,6 +209,12 @@ class ModelParts:
     sync_mode: str
 
 
+def new_optimizer(model: Any, o: OptimConfig) -> Any:
+    """AdamW over `model`'s trainable parameters (LoRA: the adapters alone), as ``[optim]`` sets it."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    return torch.optim.AdamW(params, lr=o.lr, weight_decay=o.weight_decay, betas=o.betas, eps=o.eps)
+
+
 def build_model(cfg: TrainConfig, policy: Any = None) -> ModelParts:
     """Seed torch, then build (or take) the policy, its trainable model, the KL reference
     and the AdamW optimiser."""
@@ -221,12 +228,7 @@ def build_model(cfg: TrainConfig, policy: Any = None) -> ModelParts:
     ref_model = None
     if cfg.algo.kl_coef > 0 and not cfg.policy.lora:
         ref_model = copy.deepcopy(model).eval().requires_grad_(False)
-    params = [p for p in model.parameters() if p.requires_grad]
-    o = cfg.optim
-    optimizer = torch.optim.AdamW(
-        params, lr=o.lr, weight_decay=o.weight_decay, betas=o.betas, eps=o.eps
-    )
-    return ModelParts(policy, model, ref_model, optimizer, sync_mode)
+    return ModelParts(policy, model, ref_model, new_optimizer(model, cfg.optim), sync_mode)
 
 
 def build_runner(

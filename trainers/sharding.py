@@ -46,11 +46,11 @@ from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Any
 
-from trace_gym.trainers.builders import vllm_engines
+from trace_gym.trainers.builders import new_optimizer, vllm_engines
 from trace_gym.trainers.config import DistConfig, TrainConfig
 from trace_gym.trainers.data import Sample, collate
 from trace_gym.trainers.loop import OldLogprobs, Trainer, UpdateStats
-from trace_gym.trainers.sync import sync_weights
+from trace_gym.trainers.sync import base_name, sync_weights
 
 from trace_gym.errors import ConfigError
 from trace_gym.optional import require
@@ -300,9 +300,7 @@ def merged_lora_state(model: Any, state: dict[str, Any]) -> dict[str, Any]:
             delta = (b @ a) * mod.scaling[adapter]
             merged = merged + (delta.T if mod.fan_in_fan_out else delta)
         out[key] = merged.to(state[key].dtype)
-    return {
-        k.removeprefix("base_model.model.").replace(".base_layer.", "."): v for k, v in out.items()
-    }
+    return {base_name(k): v for k, v in out.items()}
 
 
 def _micro_count(n: int, world: int, mbs: int) -> int:
@@ -392,11 +390,7 @@ class ShardedTrainer(Trainer):
         self.model = shard_model(self.model, cfg.dist, mesh)
         if self.ref_model is not None:
             self.ref_model = shard_model(self.ref_model, cfg.dist, mesh, frozen=True)
-        o = cfg.optim
-        params = [p for p in self.model.parameters() if p.requires_grad]
-        self.optimizer = torch.optim.AdamW(
-            params, lr=o.lr, weight_decay=o.weight_decay, betas=o.betas, eps=o.eps
-        )
+        self.optimizer = new_optimizer(self.model, cfg.optim)  # this rank's shards
         self.generator = None
         self._gen_dtype = _dtype(cfg.dist.generator_dtype or cfg.dist.param_dtype)
         if skeleton is not None:  # a generating rank's full copy, refreshed every step

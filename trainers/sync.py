@@ -35,6 +35,7 @@ from typing import Any
 from trace_gym.errors import ConfigError
 
 __all__ = [
+    "base_name",
     "engine_weights",
     "export_weights",
     "load_engine_weights",
@@ -47,6 +48,11 @@ _VLLM_MODEL_PATHS = (
     "llm_engine.model_executor.driver_worker.worker.model_runner.model",
     "llm_engine.model_executor.driver_worker.model_runner.model",
 )
+
+
+def base_name(name: str) -> str:
+    """A peft LoRA model's parameter name as the base architecture names it."""
+    return name.removeprefix("base_model.model.").replace(".base_layer.", ".")
 
 
 def export_weights(model: Any) -> Iterator[tuple[str, Any]]:
@@ -62,8 +68,7 @@ def export_weights(model: Any) -> Iterator[tuple[str, Any]]:
                 # merged in place: a view would read the unmerged weight once the
                 # caller has taken the last tensor (the unmerge below runs then)
                 tensor = tensor.clone()
-            name = name.removeprefix("base_model.model.").replace(".base_layer.", ".")
-            yield name, tensor.detach()
+            yield base_name(name), tensor.detach()
     finally:
         if merged:
             model.unmerge_adapter()
